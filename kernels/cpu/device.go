@@ -1,0 +1,188 @@
+// Package cpu is gochat's CPU backend and the numerical reference for every
+// other backend. Buffers are Go slices (F32, I32); GEMM runs through Go
+// assembly micro-kernels (AVX-512 or AVX2+FMA, chosen at run time from the
+// CPU's features, with a portable Go fallback); every other kernel is plain Go
+// fanned out over goroutines.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// F32 is a CPU buffer of float32.
+type F32 []float32
+
+// DType implements kernels.Buffer.
+func (F32) DType() kernels.DType { return kernels.F32 }
+
+// Len implements kernels.Buffer.
+func (b F32) Len() int { return len(b) }
+
+// Slice implements kernels.Buffer.
+func (b F32) Slice(off, n int) kernels.Buffer { return b[off : off+n : off+n] }
+
+// I32 is a CPU buffer of int32.
+type I32 []int32
+
+// DType implements kernels.Buffer.
+func (I32) DType() kernels.DType { return kernels.I32 }
+
+// Len implements kernels.Buffer.
+func (b I32) Len() int { return len(b) }
+
+// Slice implements kernels.Buffer.
+func (b I32) Slice(off, n int) kernels.Buffer { return b[off : off+n : off+n] }
+
+// f32 returns the slice behind a buffer; nil stays nil.
+func f32(b kernels.Buffer) []float32 {
+	if b == nil {
+		return nil
+	}
+	s, ok := b.(F32)
+	if !ok {
+		panic(fmt.Sprintf("cpu: want an F32 buffer, got %T", b))
+	}
+	return s
+}
+
+// i32 returns the slice behind an index buffer; nil stays nil.
+func i32(b kernels.Buffer) []int32 {
+	if b == nil {
+		return nil
+	}
+	s, ok := b.(I32)
+	if !ok {
+		panic(fmt.Sprintf("cpu: want an I32 buffer, got %T", b))
+	}
+	return s
+}
+
+// Options configure a Device.
+type Options struct {
+	// Threads is the number of goroutines kernels fan out to; 0 means
+	// runtime.NumCPU().
+	Threads int
+	// ISA forces a GEMM micro-kernel: "avx512", "avx2" or "generic".
+	// Empty picks the best the CPU supports.
+	ISA string
+}
+
+// Device is the CPU backend. It implements kernels.Device.
+type Device struct {
+	threads int
+	isa     isa
+}
+
+var _ kernels.Device = (*Device)(nil)
+
+// New returns a CPU device.
+func New(opts Options) (*Device, error) {
+	t := opts.Threads
+	if t <= 0 {
+		t = runtime.NumCPU()
+	}
+	is, err := pickISA(opts.ISA)
+	if err != nil {
+		return nil, err
+	}
+	return &Device{threads: t, isa: is}, nil
+}
+
+// Threads is the number of goroutines kernels use.
+func (d *Device) Threads() int { return d.threads }
+
+// Name implements kernels.Device.
+func (d *Device) Name() string { return fmt.Sprintf("cpu/%s (%d threads)", d.isa, d.threads) }
+
+// Alloc implements kernels.Device.
+func (d *Device) Alloc(dt kernels.DType, n int) kernels.Buffer {
+	switch dt {
+	case kernels.F32:
+		return make(F32, n)
+	case kernels.I32:
+		return make(I32, n)
+	}
+	panic(fmt.Sprintf("cpu: Alloc of %v is not supported", dt))
+}
+
+// WriteF32 implements kernels.Device.
+func (d *Device) WriteF32(dst kernels.Buffer, src []float32) { mustCopy(f32(dst), src) }
+
+// ReadF32 implements kernels.Device.
+func (d *Device) ReadF32(dst []float32, src kernels.Buffer) { mustCopy(dst, f32(src)) }
+
+// WriteI32 implements kernels.Device.
+func (d *Device) WriteI32(dst kernels.Buffer, src []int32) { mustCopy(i32(dst), src) }
+
+// ReadI32 implements kernels.Device.
+func (d *Device) ReadI32(dst []int32, src kernels.Buffer) { mustCopy(dst, i32(src)) }
+
+func mustCopy[T any](dst, src []T) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("cpu: copy of %d elements into %d", len(src), len(dst)))
+	}
+	copy(dst, src)
+}
+
+// Zero implements kernels.Device.
+func (d *Device) Zero(b kernels.Buffer) {
+	switch s := b.(type) {
+	case F32:
+		clear(s)
+	case I32:
+		clear(s)
+	default:
+		panic(fmt.Sprintf("cpu: Zero of %T", b))
+	}
+}
+
+// Copy implements kernels.Device.
+func (d *Device) Copy(dst, src kernels.Buffer) {
+	switch s := src.(type) {
+	case F32:
+		mustCopy(f32(dst), s)
+	case I32:
+		mustCopy(i32(dst), s)
+	default:
+		panic(fmt.Sprintf("cpu: Copy of %T", src))
+	}
+}
+
+// Sync implements kernels.Device; CPU work is synchronous.
+func (d *Device) Sync() error { return nil }
+
+// parallelFor splits [0,n) into at most d.threads contiguous chunks of at
+// least grain items and runs fn on each, the last one on the calling
+// goroutine.
+func (d *Device) parallelFor(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	chunks := min(d.threads, (n+grain-1)/grain)
+	if chunks <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + chunks - 1) / chunks
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		if hi == n {
+			fn(lo, hi)
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}

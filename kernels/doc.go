@@ -1,0 +1,44 @@
+// Package kernels is the compute-backend contract of gochat.
+//
+// A backend (kernels/cpu today, kernels/cuda next) implements Device: it
+// allocates Buffers, moves data between host and device memory, and runs the
+// numerical operations of Ops. Library code (model, lora, optim, ...) sees only
+// these interfaces; concrete backends are constructed by the CLI and by tests.
+//
+// # Layout
+//
+// Every matrix is row-major and contiguous unless an explicit leading
+// dimension is given. Shapes in doc comments use this legend:
+//
+//	B  batch size            T  time (sequence length)
+//	C  channels (input)      OC output channels
+//	N  rows (usually B*T)    V  vocabulary size
+//	NH attention heads       HS head size (C = NH*HS)
+//	L  layers                F  feed-forward size
+//	P  word-embedding projection size (OPT's word_embed_proj_dim)
+//
+// # Naming and argument order
+//
+// Layers are pairs of functions, XForward and XBackward. Arguments come in the
+// order outputs, saved state, inputs, weights, dimensions. Gradient buffers
+// carry a d prefix (dinp, dweight).
+//
+// # The accumulation contract
+//
+// Backward kernels ACCUMULATE (+=) into parameter gradients (dweight, dbias,
+// dtable) and into the residual stream (LayerNormBackward's dinp), and
+// OVERWRITE every other activation gradient (MatmulBackward's dinp,
+// AttentionBackward's dqkv, ReLUBackward's dinp, ...). Each backward's doc
+// comment repeats which rule applies to each of its outputs. Callers zero
+// parameter gradients before a step and zero an accumulated activation
+// gradient before its first contribution.
+//
+// # Masks
+//
+// An attention mask is an I32 buffer [B,T] with 1 for a real token and 0 for
+// padding; a nil mask means every token is real. Attention is causal and
+// masks padded keys. A query row whose every key is masked (a left-padding
+// position) attends uniformly to all keys of the row, which is what Hugging
+// Face's eager attention computes when it adds the most negative finite value
+// to every score of the row. Such rows never feed a loss.
+package kernels

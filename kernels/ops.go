@@ -1,0 +1,99 @@
+package kernels
+
+// Ops are the numerical operations of a backend. Unless a comment says
+// otherwise every buffer is F32, contiguous and row-major, and index buffers
+// (ids, targets, mask) are I32. Optional buffers may be nil where noted.
+type Ops interface {
+	// Gemm computes C = alpha·op(A)·op(B) + beta·C where op(A) is [m,k] and
+	// op(B) is [k,n]; op(X) is X or Xᵀ as transA/transB say. A is stored
+	// [m,lda] (transA false) or [k,lda] (transA true), B is [k,ldb] or
+	// [n,ldb], C is [m,ldc]. With beta == 0, C is overwritten (NaNs in C are
+	// not propagated).
+	Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, lda int, b Buffer, ldb int, beta float32, c Buffer, ldc int)
+
+	// MatmulForward: out[N,OC] = inp[N,C]·weight[OC,C]ᵀ + bias[OC].
+	// bias may be nil.
+	MatmulForward(out, inp, weight, bias Buffer, n, c, oc int)
+	// MatmulBackward, for MatmulForward:
+	// dinp[N,C] = dout·weight (overwrites; skipped when dinp is nil),
+	// dweight[OC,C] += doutᵀ·inp (skipped when nil),
+	// dbias[OC] += Σ_rows dout (skipped when nil).
+	MatmulBackward(dinp, dweight, dbias, dout, inp, weight Buffer, n, c, oc int)
+
+	// AddBias: out[N,C] += bias[C] for every row.
+	AddBias(out, bias Buffer, n, c int)
+	// Add: out[i] = a[i] + b[i] for i < n. out may alias a or b.
+	Add(out, a, b Buffer, n int)
+	// Scale: x[i] *= s for i < n.
+	Scale(x Buffer, s float32, n int)
+
+	// EmbeddingForward: out[N,C] = table[ids[i], :] for each row i.
+	EmbeddingForward(out, ids, table Buffer, n, c int)
+	// EmbeddingBackward: dtable[ids[i], :] += dout[i, :] (accumulates).
+	EmbeddingBackward(dtable, dout, ids Buffer, n, c int)
+
+	// LayerNormForward normalises each row of inp[N,C] with eps:
+	// out = (inp-mean)·rstd·weight + bias, saving mean[N] and rstd[N].
+	// weight and bias may be nil (no elementwise affine).
+	LayerNormForward(out, mean, rstd, inp, weight, bias Buffer, n, c int, eps float32)
+	// LayerNormBackward: dinp[N,C] += (accumulates: the residual stream),
+	// dweight[C] += and dbias[C] += (skipped when nil).
+	LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd Buffer, n, c int)
+
+	// ReLUForward: out = max(inp, 0) over n elements; out may alias inp.
+	ReLUForward(out, inp Buffer, n int)
+	// ReLUBackward: dinp = dout where out > 0, else 0 (overwrites; dinp may
+	// alias dout). out is ReLUForward's output.
+	ReLUBackward(dinp, dout, out Buffer, n int)
+	// GELUForward: out = inp·Φ(inp), the exact (erf) GELU.
+	GELUForward(out, inp Buffer, n int)
+	// GELUBackward: dinp = dout·GELU'(inp) (overwrites; may alias dout).
+	GELUBackward(dinp, dout, inp Buffer, n int)
+
+	// SoftmaxForward: out[N,C] = softmax of each row of inp[N,C].
+	SoftmaxForward(out, inp Buffer, n, c int)
+
+	// AttentionForward is causal multi-head self-attention. qkv[B,T,3C] holds
+	// q, k and v side by side (C = NH·HS; head h uses columns h·HS..(h+1)·HS
+	// of each part); q is scaled by HS^-0.5 inside the kernel. It writes
+	// out[B,T,C] and saves the probabilities att[B,NH,T,T]. mask[B,T] may be
+	// nil (see the package doc for masked rows).
+	AttentionForward(out, att, qkv, mask Buffer, b, t, nh, hs int)
+	// AttentionBackward: dqkv[B,T,3C] = gradient of AttentionForward
+	// (overwrites). att and mask are the forward's.
+	AttentionBackward(dqkv, dout, qkv, att, mask Buffer, b, t, nh, hs int)
+	// AttentionDecode runs attention for tn new positions t0..t0+tn-1 against a
+	// KV cache. It first writes the k and v parts of qkv[B,tn,3C] into
+	// kcache and vcache [B,Tmax,C] at rows t0.., then each new query attends
+	// causally to cache rows 0..its position whose mask[B,Tmax] entry is 1.
+	// out is [B,tn,C]. With t0 = 0 and tn = T it equals AttentionForward.
+	AttentionDecode(out, qkv, kcache, vcache, mask Buffer, b, tn, t0, tmax, nh, hs int)
+
+	// DropoutForward: out = inp·keep/(1-p) where keep is drawn from a
+	// counter-based generator keyed by (seed, element index), so the result
+	// does not depend on the backend or the thread count. scale[n] saves
+	// keep/(1-p) for the backward. out may alias inp.
+	DropoutForward(out, scale, inp Buffer, p float32, seed uint64, n int)
+	// Mul: out[i] = a[i]·b[i]; out may alias a or b. DropoutBackward is
+	// Mul(dinp, dout, scale).
+	Mul(out, a, b Buffer, n int)
+
+	// CrossEntropyForward: losses[i] = -log softmax(logits[i,:])[targets[i]],
+	// and 0 where targets[i] == ignoreIndex. logits is [N,V].
+	CrossEntropyForward(losses, logits, targets Buffer, n, v int, ignoreIndex int32)
+	// CrossEntropyBackward: dlogits[i,:] = dlosses[i]·(softmax(logits[i,:]) -
+	// onehot(targets[i])) (overwrites), zero for ignored rows. dlogits may
+	// alias logits: each row is read before it is written. It is also the
+	// backward of LogProbGather with dlosses = -dlogprobs.
+	CrossEntropyBackward(dlogits, dlosses, logits, targets Buffer, n, v int, ignoreIndex int32)
+	// LogProbGather: out[i] = log softmax(logits[i,:])[ids[i]].
+	LogProbGather(out, logits, ids Buffer, n, v int)
+
+	// AdamWStep is one PyTorch AdamW update of n parameters at step (1-based):
+	// g = grads·gradScale; params -= lr·weightDecay·params; m, v updated with
+	// beta1/beta2; params -= lr/(1-beta1^step) · m/(sqrt(v)/sqrt(1-beta2^step)+eps).
+	AdamWStep(params, grads, m, v Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int)
+	// SumSquares returns Σ x[i]² over n elements, accumulated in float64.
+	// The global gradient norm is its square root over all gradients.
+	SumSquares(x Buffer, n int) float64
+}

@@ -40,5 +40,7 @@
 // masks padded keys. A query row whose every key is masked (a left-padding
 // position) attends uniformly to all keys of the row, which is what Hugging
 // Face's eager attention computes when it adds the most negative finite value
-// to every score of the row. Such rows never feed a loss.
+// to every score of the row (the scores are absorbed). Since that output does
+// not depend on the scores, such a row passes no gradient to q or k (only to
+// v); a loss is rarely read there (the position before the first real token).
 package kernels

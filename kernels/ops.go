@@ -45,7 +45,7 @@ type Ops interface {
 	// ReLUBackward: dinp = dout where out > 0, else 0 (overwrites; dinp may
 	// alias dout). out is ReLUForward's output.
 	ReLUBackward(dinp, dout, out Buffer, n int)
-	// GELUForward: out = inp·Φ(inp), the exact (erf) GELU.
+	// GELUForward: out = inp·Φ(inp), the exact (erf) GELU; out may alias inp.
 	GELUForward(out, inp Buffer, n int)
 	// GELUBackward: dinp = dout·GELU'(inp) (overwrites; may alias dout).
 	GELUBackward(dinp, dout, inp Buffer, n int)

@@ -1,0 +1,267 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/model"
+)
+
+func newBenchCmd(g *Globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure kernel and training throughput",
+		Long:  "Reproducible performance figures: GEMM GFLOP/s and training tokens/s on random data.",
+	}
+	cmd.AddCommand(newBenchMatmulCmd(g, nil), newBenchTrainCmd(g, nil))
+	return cmd
+}
+
+// BenchMatmulOptions are the options of `gochat bench matmul`.
+type BenchMatmulOptions struct {
+	g         *Globals
+	Shape     string
+	Transpose string
+	Repeats   int
+	JSON      bool
+	m, n, k   int
+}
+
+func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.Command {
+	opts := &BenchMatmulOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "matmul --shape MxNxK [--transpose nn|nt|tn|tt]",
+		Short: "GEMM GFLOP/s: C[M,N] = op(A)[M,K]·op(B)[K,N] in fp32",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			var err error
+			if opts.m, opts.n, opts.k, err = parseShape(opts.Shape); err != nil {
+				return usageError{err}
+			}
+			switch opts.Transpose {
+			case "nn", "nt", "tn", "tt":
+			default:
+				return usageErrorf("--transpose %q: want nn, nt, tn or tt", opts.Transpose)
+			}
+			if opts.Repeats < 1 {
+				return usageErrorf("--repeats must be >= 1")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBenchMatmul(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Shape, "shape", "512x768x768", "M x N x K")
+	f.StringVar(&opts.Transpose, "transpose", "nt", "nn, nt, tn or tt: whether A and B are stored transposed")
+	f.IntVar(&opts.Repeats, "repeats", 0, "timed runs (0 = enough for about a second)")
+	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func parseShape(s string) (m, n, k int, err error) {
+	parts := strings.Split(strings.ToLower(s), "x")
+	if len(parts) != 3 {
+		return 0, 0, 0, fmt.Errorf("--shape %q: want MxNxK, e.g. 512x768x768", s)
+	}
+	var v [3]int
+	for i, p := range parts {
+		v[i], err = strconv.Atoi(p)
+		if err != nil || v[i] < 1 {
+			return 0, 0, 0, fmt.Errorf("--shape %q: %q is not a positive integer", s, p)
+		}
+	}
+	return v[0], v[1], v[2], nil
+}
+
+func runBenchMatmul(opts *BenchMatmulOptions) error {
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, n, k := opts.m, opts.n, opts.k
+	ta, tb := opts.Transpose[0] == 't', opts.Transpose[1] == 't'
+	rng := rand.New(rand.NewPCG(1, 1))
+	rnd := func(sz int) kernels.Buffer {
+		h := make([]float32, sz)
+		for i := range h {
+			h[i] = rng.Float32()*2 - 1
+		}
+		b := dev.Alloc(kernels.F32, sz)
+		dev.WriteF32(b, h)
+		return b
+	}
+	a, b, c := rnd(m*k), rnd(k*n), dev.Alloc(kernels.F32, m*n)
+	lda, ldb := k, n
+	if ta {
+		lda = m
+	}
+	if tb {
+		ldb = k
+	}
+	run := func() { dev.Gemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n) }
+	flops := 2 * float64(m) * float64(n) * float64(k)
+	med := medianSeconds(run, opts.Repeats)
+	res := map[string]any{"m": m, "n": n, "k": k, "transpose": opts.Transpose, "threads": dev.Threads(), "gflops": round(flops/med/1e9, 2)}
+	if opts.JSON {
+		return json.NewEncoder(opts.g.Out).Encode(res)
+	}
+	_, err = fmt.Fprintf(opts.g.Out, "matmul %dx%dx%d %s on %s: %.1f GFLOP/s (median of runs, %.3f ms each)\n",
+		m, n, k, opts.Transpose, dev.Name(), flops/med/1e9, med*1e3)
+	return err
+}
+
+// medianSeconds warms fn up, then times it repeats times (or for about a
+// second when repeats is 0) and returns the median duration in seconds.
+func medianSeconds(fn func(), repeats int) float64 {
+	start := time.Now()
+	fn()
+	fn()
+	if repeats == 0 {
+		per := time.Since(start).Seconds() / 2
+		repeats = int(min(max(1/max(per, 1e-9), 5), 200))
+	}
+	ts := make([]float64, repeats)
+	for i := range ts {
+		t0 := time.Now()
+		fn()
+		ts[i] = time.Since(t0).Seconds()
+	}
+	return median(ts)
+}
+
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func round(x float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(x*p+0.5)) / p
+}
+
+// BenchTrainOptions are the options of `gochat bench train`.
+type BenchTrainOptions struct {
+	g          *Globals
+	Model      string
+	Batch, Seq int
+	Steps      int
+	Checkpoint bool
+	JSON       bool
+}
+
+func newBenchTrainCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Command {
+	opts := &BenchTrainOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "train --model opt-125m|CONFIG.json --batch B --seq T",
+		Short: "Training tokens/s: forward + backward + AdamW on random weights and tokens",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if opts.Batch < 1 || opts.Seq < 2 || opts.Steps < 1 {
+				return usageErrorf("--batch >= 1, --seq >= 2 and --steps >= 1 are required")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBenchTrain(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "opt-125m", "a built-in architecture ("+strings.Join(model.PresetNames(), ", ")+") or a config.json")
+	f.IntVar(&opts.Batch, "batch", 4, "batch size B")
+	f.IntVar(&opts.Seq, "seq", 128, "sequence length T")
+	f.IntVar(&opts.Steps, "steps", 5, "timed steps (after one warm-up step)")
+	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
+	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func loadArch(name string) (*model.Config, error) {
+	if strings.HasSuffix(name, ".json") {
+		return model.LoadConfig(name)
+	}
+	return model.PresetConfig(name)
+}
+
+func runBenchTrain(opts *BenchTrainOptions) error {
+	cfg, err := loadArch(opts.Model)
+	if err != nil {
+		return usageError{err}
+	}
+	if opts.Seq > cfg.MaxPositions {
+		return usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
+	}
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, err := model.New(dev, cfg, model.Options{})
+	if err != nil {
+		return err
+	}
+	m.InitRandom(1, 0.02)
+	m.AllocGrads()
+	B, T := opts.Batch, opts.Seq
+	rng := rand.New(rand.NewPCG(2, 2))
+	ids := make([]int32, B*T)
+	for i := range ids {
+		ids[i] = int32(3 + rng.IntN(cfg.VocabSize-3))
+	}
+	batch := model.Batch{IDs: ids, Targets: model.ShiftLabels(ids, B, T)}
+	a := m.NewActs(B, T, model.ActsOptions{Train: true, Dropout: true, Checkpoint: opts.Checkpoint})
+	n := m.NumParams()
+	mom, vel := dev.Alloc(kernels.F32, n), dev.Alloc(kernels.F32, n)
+	step := 0
+	var loss float32
+	trainStep := func() error {
+		step++
+		batch.Seed = uint64(step)
+		if err := m.Forward(a, batch); err != nil {
+			return err
+		}
+		loss, _, _ = m.MeanLoss(a)
+		m.ZeroGrads()
+		if err := m.Backward(a, m.MeanLossGrad(a)); err != nil {
+			return err
+		}
+		dev.AdamWStep(m.Params.Flat, m.Grads.Flat, mom, vel, n, 1e-4, 0.9, 0.95, 1e-8, 0, 1, step)
+		return dev.Sync()
+	}
+	opts.g.Log.Info().Str("model", opts.Model).Int("params", n).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Msg("bench train")
+	if err := trainStep(); err != nil { // warm-up
+		return err
+	}
+	times := make([]float64, opts.Steps)
+	for i := range times {
+		t0 := time.Now()
+		if err := trainStep(); err != nil {
+			return err
+		}
+		times[i] = time.Since(t0).Seconds()
+		opts.g.Log.Debug().Int("step", i+1).Float64("seconds", times[i]).Float32("loss", loss).Msg("step")
+	}
+	med := median(times)
+	res := map[string]any{"tokens_per_sec": round(float64(B*T)/med, 2), "step_seconds": round(med, 4), "peak_rss_bytes": peakRSS()}
+	if opts.JSON {
+		return json.NewEncoder(opts.g.Out).Encode(res)
+	}
+	_, err = fmt.Fprintf(opts.g.Out, "train %s B=%d T=%d on %s: %.1f tokens/s, %.3f s/step (median of %d), peak RSS %.0f MiB\n",
+		opts.Model, B, T, dev.Name(), float64(B*T)/med, med, opts.Steps, float64(peakRSS())/(1<<20))
+	return err
+}

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/model"
+)
+
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "gochat ") {
+		t.Errorf("version: code %d, output %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nosuch"}, "unknown command"},
+		{[]string{"version", "--bogus"}, "unknown flag"},
+		{[]string{"--log-level", "loud", "version"}, "--log-level"},
+		{[]string{"--log-format", "xml", "version"}, "--log-format"},
+		{[]string{"generate"}, "--model is required"},
+		{[]string{"generate", "--model", "x"}, "exactly one of"},
+		{[]string{"generate", "--model", "x", "--prompt-ids", "1,a"}, "not a token id"},
+		{[]string{"generate", "--model", "x", "--prompt-ids", "1", "--greedy", "--top-k", "3"}, "cannot be combined"},
+		{[]string{"generate", "--model", "x", "--prompt-ids", "1", "--temperature", "0"}, "temperature"},
+		{[]string{"bench", "matmul", "--shape", "1x2"}, "MxNxK"},
+		{[]string{"bench", "matmul", "--transpose", "xy"}, "--transpose"},
+		{[]string{"bench", "train", "--model", "opt-7"}, "unknown model"},
+	} {
+		_, errOut, code := run(t, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: code %d, stderr %q; want code %d and %q", c.args, code, errOut, exitUsage, c.want)
+		}
+	}
+}
+
+func TestGenerateFlags(t *testing.T) {
+	g := &Globals{}
+	var got *GenerateOptions
+	cmd := newGenerateCmd(g, func(o *GenerateOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--model", "m", "--prompt-ids", "2, 100,200", "--top-k", "5", "--seed", "9", "--max-new-tokens", "3"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Sample.Greedy || got.Sample.TopK != 5 || got.Sample.Seed != 9 || got.MaxNewTokens != 3 || len(got.ids) != 3 || got.ids[1] != 100 {
+		t.Errorf("parsed options %+v", got)
+	}
+	cmd = newGenerateCmd(g, func(o *GenerateOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--model", "m", "--prompt-ids", "2"})
+	if err := cmd.Execute(); err != nil || !got.Sample.Greedy {
+		t.Errorf("greedy is not the default: %v %+v", err, got.Sample)
+	}
+}
+
+func TestGenerateJSON(t *testing.T) {
+	dir := filepath.Join("..", "..", "model", "testdata", "golden", "preln")
+	out, errOut, code := run(t, "--log-format", "json", "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "5", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	var res struct {
+		PromptIDs []int32   `json:"prompt_ids"`
+		Tokens    []int32   `json:"tokens"`
+		LogProbs  []float32 `json:"logprobs"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if len(res.PromptIDs) != 4 || len(res.Tokens) == 0 || len(res.Tokens) > 5 || len(res.Tokens) != len(res.LogProbs) {
+		t.Fatalf("unexpected result %+v", res)
+	}
+	// Check against the full forward: greedy tokens are the argmax, and the
+	// log-probabilities are those of the full softmax.
+	dev, _ := cpu.New(cpu.Options{Threads: 1})
+	m, err := model.Load(dev, dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := append(append([]int32{}, res.PromptIDs...), res.Tokens...)
+	a := m.NewActs(1, len(seq), model.ActsOptions{})
+	if err := m.Forward(a, model.Batch{IDs: seq}); err != nil {
+		t.Fatal(err)
+	}
+	logits, _ := m.Logits(a)
+	V := m.Config.VocabSize
+	for i, tok := range res.Tokens {
+		row := logits[(len(res.PromptIDs)-1+i)*V : (len(res.PromptIDs)+i)*V]
+		best := 0
+		for j := range row {
+			if row[j] > row[best] {
+				best = j
+			}
+		}
+		if int(tok) != best {
+			t.Errorf("token %d = %d, argmax is %d", i, tok, best)
+		}
+		if lp := model.LogSoftmaxAt(row, int(tok)); math.Abs(float64(lp-res.LogProbs[i])) > 1e-4 {
+			t.Errorf("logprob %d = %v, full forward gives %v", i, res.LogProbs[i], lp)
+		}
+	}
+}
+
+func TestBenchMatmulJSON(t *testing.T) {
+	out, errOut, code := run(t, "--threads", "1", "bench", "matmul", "--shape", "64x48x32", "--transpose", "tn", "--repeats", "3", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res["m"] != 64.0 || res["transpose"] != "tn" || res["threads"] != 1.0 || !(res["gflops"].(float64) > 0) {
+		t.Errorf("result %v", res)
+	}
+}
+
+func TestBenchTrainJSON(t *testing.T) {
+	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "postln", "config.json")
+	out, errOut, code := run(t, "bench", "train", "--model", cfg, "--batch", "2", "--seq", "8", "--steps", "2", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	var res map[string]float64
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !(res["tokens_per_sec"] > 0 && res["step_seconds"] > 0 && res["peak_rss_bytes"] > 0) {
+		t.Errorf("result %v", res)
+	}
+}

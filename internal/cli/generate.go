@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/model"
+)
+
+// GenerateOptions are the options of `gochat generate`.
+type GenerateOptions struct {
+	g            *Globals
+	Model        string
+	PromptIDs    string
+	Prompt       string
+	MaxNewTokens int
+	Sample       model.SampleOptions
+	JSON         bool
+	ids          []int32
+}
+
+func newGenerateCmd(g *Globals, runF func(*GenerateOptions) error) *cobra.Command {
+	opts := &GenerateOptions{g: g}
+	var greedy bool
+	cmd := &cobra.Command{
+		Use:   "generate --model DIR (--prompt-ids 2,100,200 | --prompt TEXT)",
+		Short: "Continue a prompt with a model (KV-cache decoding)",
+		Long: `Continue a prompt with a Hugging Face model directory. Greedy decoding is the
+default; --temperature, --top-k or --top-p switch to sampling (seeded by --seed).
+Generation stops at the config's eos_token_id or after --max-new-tokens.
+With --json it prints {"prompt_ids":[...],"tokens":[...],"logprobs":[...]} where
+logprobs[i] is the natural-log probability of tokens[i] under the full softmax
+at temperature 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Model == "" {
+				return usageErrorf("--model is required")
+			}
+			if (opts.PromptIDs == "") == (opts.Prompt == "") {
+				return usageErrorf("give exactly one of --prompt-ids and --prompt")
+			}
+			if opts.Prompt != "" {
+				return usageErrorf("--prompt needs a tokenizer, which gochat does not have yet; use --prompt-ids")
+			}
+			ids, err := parseIDs(opts.PromptIDs)
+			if err != nil {
+				return usageError{err}
+			}
+			opts.ids = ids
+			if opts.MaxNewTokens < 1 {
+				return usageErrorf("--max-new-tokens must be >= 1")
+			}
+			sampling := cmd.Flags().Changed("temperature") || cmd.Flags().Changed("top-k") || cmd.Flags().Changed("top-p")
+			if greedy && sampling {
+				return usageErrorf("--greedy cannot be combined with --temperature, --top-k or --top-p")
+			}
+			opts.Sample.Greedy = !sampling
+			if err := opts.Sample.Validate(); err != nil {
+				return usageError{err}
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runGenerate(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory (config.json + weights)")
+	f.StringVar(&opts.PromptIDs, "prompt-ids", "", "comma-separated prompt token ids")
+	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (needs the model's tokenizer)")
+	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 32, "most tokens to generate")
+	f.BoolVar(&greedy, "greedy", false, "pick the most likely token (the default)")
+	f.Float64Var(&opts.Sample.Temperature, "temperature", 1, "sampling temperature")
+	f.IntVar(&opts.Sample.TopK, "top-k", 0, "sample from the K most likely tokens (0 = all)")
+	f.Float64Var(&opts.Sample.TopP, "top-p", 1, "sample from the smallest set with this probability mass")
+	f.Uint64Var(&opts.Sample.Seed, "seed", 0, "sampling seed")
+	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func parseIDs(s string) ([]int32, error) {
+	var ids []int32
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 32)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", p)
+		}
+		ids = append(ids, int32(v))
+	}
+	return ids, nil
+}
+
+func runGenerate(opts *GenerateOptions) error {
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no"})
+	if err != nil {
+		return err
+	}
+	for _, id := range opts.ids {
+		if int(id) >= m.Config.VocabSize {
+			return usageErrorf("--prompt-ids: %d is outside the vocabulary (%d)", id, m.Config.VocabSize)
+		}
+	}
+	s, err := model.NewSampler(opts.Sample)
+	if err != nil {
+		return usageError{err}
+	}
+	gens, err := m.Generate([][]int32{opts.ids}, opts.MaxNewTokens, s)
+	if err != nil {
+		return err
+	}
+	gen := gens[0]
+	if opts.JSON {
+		return json.NewEncoder(opts.g.Out).Encode(map[string]any{"prompt_ids": opts.ids, "tokens": gen.Tokens, "logprobs": gen.LogProbs})
+	}
+	parts := make([]string, len(gen.Tokens))
+	for i, t := range gen.Tokens {
+		parts[i] = strconv.Itoa(int(t))
+	}
+	_, err = fmt.Fprintln(opts.g.Out, strings.Join(parts, ","))
+	return err
+}

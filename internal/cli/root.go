@@ -1,0 +1,141 @@
+// Package cli holds gochat's cobra commands. Each command has an Options
+// struct, a constructor newXCmd(g, runF) that binds flags, and a runX(opts)
+// that does the work; tests replace runF to check flag parsing. Errors are
+// mapped to exit codes in one place, Main.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError marks an error caused by bad flags or arguments.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// Globals are the settings shared by every command.
+type Globals struct {
+	In       io.Reader
+	Out      io.Writer
+	Err      io.Writer
+	LogLevel string
+	LogFmt   string
+	Threads  int
+	Log      zerolog.Logger
+}
+
+// Main runs gochat with args and returns the process exit code.
+func Main(args []string, in io.Reader, out, errw io.Writer) int {
+	g := &Globals{In: in, Out: out, Err: errw}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetIn(in)
+	root.SetOut(out)
+	root.SetErr(errw)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(errw, "gochat: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// isCobraUsage recognises cobra's own flag and argument errors.
+func isCobraUsage(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown flag", "unknown command", "unknown shorthand", "invalid argument", "flag needs an argument", "accepts ", "requires at least", "required flag"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func newRootCmd(g *Globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "gochat",
+		Short: "RLHF training for causal language models: SFT, reward model, PPO",
+		Long: `gochat takes a pre-trained causal LM through the three InstructGPT steps
+(supervised fine-tuning, reward model, PPO) and produces a chat model.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(g.Err, g.LogLevel, g.LogFmt)
+			if err != nil {
+				return usageError{err}
+			}
+			g.Log = log
+			if g.Threads < 0 {
+				return usageErrorf("--threads must be >= 0, got %d", g.Threads)
+			}
+			if g.Threads == 0 {
+				g.Threads = runtime.NumCPU()
+			}
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&g.LogFmt, "log-format", "auto", "log format: console, json, or auto (console on a terminal, else json)")
+	pf.IntVar(&g.Threads, "threads", 0, "CPU threads for kernels (0 = all cores)")
+
+	root.AddCommand(
+		newVersionCmd(g, nil),
+		newGenerateCmd(g, nil),
+		newBenchCmd(g),
+	)
+	return root
+}
+
+// newLogger builds the zerolog logger for --log-level and --log-format.
+func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	switch format {
+	case "auto":
+		if isTerminal(w) {
+			format = "console"
+		} else {
+			format = "json"
+		}
+	case "console", "json":
+	default:
+		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want console, json or auto", format)
+	}
+	var lw io.Writer = w
+	if format == "console" {
+		lw = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !isTerminal(w)}
+	}
+	return zerolog.New(lw).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}

@@ -1,0 +1,282 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// Batch is the input of a forward pass. Slices are row-major [B,T].
+type Batch struct {
+	IDs []int32
+	// Mask is the attention mask (1 = real token, 0 = padding); nil means
+	// all ones. Padding may be on either side.
+	Mask []int32
+	// Targets are next-token targets aligned with IDs (Targets[b,t] is the
+	// token that should follow position t), IgnoreIndex where no loss is
+	// taken. nil skips the loss. ShiftLabels builds them from labels.
+	Targets []int32
+	// Seed keys the dropout masks of this pass (training only).
+	Seed uint64
+}
+
+// ShiftLabels turns Hugging Face-style labels (aligned with the inputs, the
+// model shifts them) into Targets: targets[b,t] = labels[b,t+1], and
+// IgnoreIndex at the last position of each row.
+func ShiftLabels(labels []int32, b, t int) []int32 {
+	out := make([]int32, len(labels))
+	for i := 0; i < b; i++ {
+		row := labels[i*t : (i+1)*t]
+		o := out[i*t : (i+1)*t]
+		copy(o, row[1:])
+		o[t-1] = IgnoreIndex
+	}
+	return out
+}
+
+// Positions computes OPT's position ids from an attention mask:
+// cumsum(mask)·mask − 1, plus the table offset of 2, so padding lands on
+// row 1. start[b] is the number of real tokens before this chunk (KV-cache
+// decoding); nil means none.
+func Positions(mask []int32, b, t int, start []int32) []int32 {
+	pos := make([]int32, b*t)
+	for i := 0; i < b; i++ {
+		var c int32
+		if start != nil {
+			c = start[i]
+		}
+		for j := 0; j < t; j++ {
+			m := int32(1)
+			if mask != nil {
+				m = mask[i*t+j]
+			}
+			c += m
+			pos[i*t+j] = c*m - 1 + 2
+		}
+	}
+	return pos
+}
+
+// upload checks and copies a batch to the device.
+func (m *Model) upload(a *Acts, in Batch) error {
+	n := a.B * a.T
+	if len(in.IDs) != n {
+		return fmt.Errorf("model: batch has %d ids, want B·T = %d", len(in.IDs), n)
+	}
+	V := int32(m.Config.VocabSize)
+	for i, id := range in.IDs {
+		if id < 0 || id >= V {
+			return fmt.Errorf("model: token id %d at position %d is outside the vocabulary [0, %d)", id, i, V)
+		}
+	}
+	if in.Mask != nil && len(in.Mask) != n {
+		return fmt.Errorf("model: attention mask has %d entries, want %d", len(in.Mask), n)
+	}
+	pos := Positions(in.Mask, a.B, a.T, nil)
+	for i, p := range pos {
+		if int(p) >= m.Config.MaxPositions+2 {
+			return fmt.Errorf("model: position %d at index %d exceeds max_position_embeddings %d", p-2, i, m.Config.MaxPositions)
+		}
+	}
+	d := m.Dev
+	d.WriteI32(a.ids, in.IDs)
+	d.WriteI32(a.pos, pos)
+	a.hasMask = in.Mask != nil
+	if a.hasMask {
+		d.WriteI32(a.mask, in.Mask)
+	}
+	a.hasTargets = in.Targets != nil && a.logits != nil
+	if in.Targets != nil {
+		if len(in.Targets) != n {
+			return fmt.Errorf("model: targets have %d entries, want %d", len(in.Targets), n)
+		}
+		for i, tg := range in.Targets {
+			if tg != IgnoreIndex && (tg < 0 || tg >= V) {
+				return fmt.Errorf("model: target %d at position %d is outside the vocabulary", tg, i)
+			}
+		}
+		d.WriteI32(a.targets, in.Targets)
+		a.hostTargets = append(a.hostTargets[:0], in.Targets...)
+	}
+	a.seed = in.Seed
+	return nil
+}
+
+func (a *Acts) maskBuf() kernels.Buffer {
+	if a.hasMask {
+		return a.mask
+	}
+	return nil
+}
+
+// Forward runs the decoder over a batch: logits (unless NoLogits), the
+// per-position losses when Targets are given, and the value head.
+func (m *Model) Forward(a *Acts, in Batch) error {
+	if err := m.upload(a, in); err != nil {
+		return err
+	}
+	c, d, p := m.Config, m.Dev, m.Params
+	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
+
+	// Embeddings: tokens (projected to H when P != H) plus positions.
+	d.EmbeddingForward(a.emb, a.ids, p.EmbedToks, N, P)
+	if c.HasProjections() {
+		d.MatmulForward(a.embIn, a.emb, p.ProjectIn, nil, N, P, H)
+	}
+	d.EmbeddingForward(a.posEmb, a.pos, p.EmbedPos, N, H)
+	d.Add(a.resid[0], a.embIn, a.posEmb, N*H)
+
+	for l := range c.NumLayers {
+		m.layerForward(a, l)
+	}
+
+	// Head: final LayerNorm, project_out, lm_head, loss, value head.
+	x := a.resid[c.NumLayers]
+	if c.HasFinalLayerNorm() {
+		d.LayerNormForward(a.fin, a.finMean, a.finRstd, x, p.FinalLNW, p.FinalLNB, N, H, lnEps)
+	}
+	if c.HasProjections() {
+		d.MatmulForward(a.y, a.fin, p.ProjectOut, nil, N, H, P)
+	}
+	a.logitsLive = false
+	if a.logits != nil {
+		d.MatmulForward(a.logits, a.y, p.LMHead, nil, N, P, V)
+		a.logitsLive = true
+		if a.hasTargets {
+			d.CrossEntropyForward(a.losses, a.logits, a.targets, N, V, IgnoreIndex)
+		}
+	}
+	if p.VHead != nil {
+		d.MatmulForward(a.values, a.y, p.VHead, nil, N, P, 1)
+	}
+	return nil
+}
+
+// dropoutSeed derives the seed of one dropout site.
+func dropoutSeed(seed uint64, layer, site int) uint64 {
+	x := seed ^ (uint64(layer)*2+uint64(site)+1)*0x9E3779B97F4A7C15
+	x ^= x >> 31
+	x *= 0xBF58476D1CE4E5B9
+	return x ^ x>>29
+}
+
+// layerForward runs decoder layer l from a.resid[l] into a.resid[l+1].
+//
+// Pre-LN (do_layer_norm_before):
+//
+//	ln1 = LN1(r); qkv = ln1·Wqkvᵀ; atty = attn(qkv); attnOut = drop(atty·Woᵀ)
+//	s1 = r + attnOut; ln2 = LN2(s1); fch = act(ln2·W1ᵀ); fc2o = drop(fch·W2ᵀ)
+//	out = s1 + fc2o
+//
+// Post-LN (opt-350m): the LayerNorms follow the residual adds:
+//
+//	qkv = r·Wqkvᵀ; ...; s1 = r + attnOut; ln1 = LN1(s1)
+//	fch = act(ln1·W1ᵀ); fc2o = drop(fch·W2ᵀ); s2 = ln1 + fc2o; out = LN2(s2)
+func (m *Model) layerForward(a *Acts, l int) {
+	c, d, w, la := m.Config, m.Dev, &m.Params.Layers[l], a.layer(l)
+	B, T, N, H, F := a.B, a.T, a.B*a.T, c.HiddenSize, c.FFNDim
+	r, out := a.resid[l], a.resid[l+1]
+	mask := a.maskBuf()
+	dropout := func(buf, scale kernels.Buffer, site int) {
+		if scale != nil {
+			d.DropoutForward(buf, scale, buf, float32(c.Dropout), dropoutSeed(a.seed, l, site), N*H)
+		}
+	}
+
+	attnIn := r
+	if c.DoLayerNormBefore {
+		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+		attnIn = la.ln1
+	}
+	d.MatmulForward(la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
+	d.AttentionForward(la.atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
+	d.MatmulForward(la.attnOut, la.atty, w.OutW, w.OutB, N, H, H)
+	dropout(la.attnOut, la.drop1, 0)
+	d.Add(la.s1, r, la.attnOut, N*H)
+
+	ffnIn := la.ln1
+	if c.DoLayerNormBefore {
+		d.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
+		ffnIn = la.ln2
+	} else {
+		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+	}
+	d.MatmulForward(la.fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
+	m.activationForward(la.fchAct, la.fch, N*F)
+	d.MatmulForward(la.fc2o, la.fchAct, w.FC2W, w.FC2B, N, F, H)
+	dropout(la.fc2o, la.drop2, 1)
+	if c.DoLayerNormBefore {
+		d.Add(out, la.s1, la.fc2o, N*H)
+	} else {
+		d.Add(la.s2, la.ln1, la.fc2o, N*H)
+		d.LayerNormForward(out, la.ln2Mean, la.ln2Rstd, la.s2, w.FFNLNW, w.FFNLNB, N, H, lnEps)
+	}
+}
+
+func (m *Model) activationForward(out, inp kernels.Buffer, n int) {
+	if m.Config.Activation == "relu" {
+		m.Dev.ReLUForward(out, inp, n)
+	} else {
+		m.Dev.GELUForward(out, inp, n)
+	}
+}
+
+func (m *Model) activationBackward(dinp, dout kernels.Buffer, la *layerActs, n int) {
+	if m.Config.Activation == "relu" {
+		m.Dev.ReLUBackward(dinp, dout, la.fchAct, n)
+	} else {
+		m.Dev.GELUBackward(dinp, dout, la.fch, n)
+	}
+}
+
+// Logits copies the logits [B,T,V] of the last Forward to the host.
+func (m *Model) Logits(a *Acts) ([]float32, error) {
+	if !a.logitsLive {
+		return nil, fmt.Errorf("model: no logits (NoLogits, or overwritten by Backward)")
+	}
+	out := make([]float32, a.logits.Len())
+	m.Dev.ReadF32(out, a.logits)
+	return out, nil
+}
+
+// Values copies the value-head outputs [B,T] of the last Forward to the host.
+func (m *Model) Values(a *Acts) ([]float32, error) {
+	if a.values == nil {
+		return nil, fmt.Errorf("model: no value head")
+	}
+	out := make([]float32, a.values.Len())
+	m.Dev.ReadF32(out, a.values)
+	return out, nil
+}
+
+// Losses copies the per-position cross-entropy [B,T] of the last Forward to
+// the host (0 at ignored positions).
+func (m *Model) Losses(a *Acts) ([]float32, error) {
+	if !a.hasTargets {
+		return nil, fmt.Errorf("model: the last Forward had no targets")
+	}
+	out := make([]float32, a.losses.Len())
+	m.Dev.ReadF32(out, a.losses)
+	return out, nil
+}
+
+// MeanLoss is the mean cross-entropy over the non-ignored targets of the last
+// Forward, and how many there were.
+func (m *Model) MeanLoss(a *Acts) (float32, int, error) {
+	l, err := m.Losses(a)
+	if err != nil {
+		return 0, 0, err
+	}
+	var sum float64
+	cnt := 0
+	for i, t := range a.hostTargets {
+		if t != IgnoreIndex {
+			sum += float64(l[i])
+			cnt++
+		}
+	}
+	if cnt == 0 {
+		return 0, 0, nil
+	}
+	return float32(sum / float64(cnt)), cnt, nil
+}

@@ -1,0 +1,182 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/tensor"
+)
+
+// decoderPrefixes are the prefixes of decoder weights in the Hugging Face
+// layouts gochat reads: OPTForCausalLM, OPTModel, and DeepSpeed-Chat's
+// reward/critic model.
+var decoderPrefixes = []string{"model.decoder.", "decoder.", "rwtransformer.decoder."}
+
+// LoadOptions configure Load.
+type LoadOptions struct {
+	// ValueHead: "auto" (or "") adds a value head when the checkpoint has
+	// v_head.weight; "yes" always adds one (zero-initialised when the file
+	// has none); "no" never does (a v_head in the file is ignored).
+	ValueHead string
+}
+
+// Load reads a Hugging Face model directory (config.json and any weight
+// layout tensor.OpenDir understands) onto dev.
+func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
+	cfg, err := LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	ck, err := tensor.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	_, hasVHead := ck.Info("v_head.weight")
+	vh := false
+	switch opts.ValueHead {
+	case "", "auto":
+		vh = hasVHead
+	case "yes":
+		vh = true
+	case "no":
+	default:
+		return nil, fmt.Errorf("model: ValueHead option %q: want auto, yes or no", opts.ValueHead)
+	}
+	m, err := New(dev, cfg, Options{ValueHead: vh})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := m.LoadWeights(ck, opts.ValueHead == "yes" && !hasVHead); err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// fileName maps a checkpoint tensor name to the model's short name, or ""
+// for names the model ignores.
+func (m *Model) shortName(name string) string {
+	if strings.HasSuffix(name, ".version") {
+		return "" // fairseq bookkeeping
+	}
+	if name == "lm_head.weight" || name == "v_head.weight" {
+		return name
+	}
+	for _, p := range decoderPrefixes {
+		if s, ok := strings.CutPrefix(name, p); ok {
+			return s
+		}
+	}
+	return name
+}
+
+// LoadWeights copies every parameter from ck, checking names and shapes
+// against the config. A tied lm_head in the file is ignored (the embedding
+// is used, as transformers does). allowMissingVHead lets a freshly added
+// value head stay zero.
+func (m *Model) LoadWeights(ck *tensor.Checkpoint, allowMissingVHead bool) error {
+	want := map[string]paramSpec{}
+	for _, s := range m.specs {
+		want[s.name] = s
+	}
+	found := map[string]string{} // short name -> file name
+	var unknown []string
+	for _, name := range ck.Names() {
+		short := m.shortName(name)
+		if short == "" || (short == "lm_head.weight" && m.Config.TieWordEmbeddings) || (short == "v_head.weight" && !m.opts.ValueHead) {
+			continue
+		}
+		s, ok := want[short]
+		if !ok {
+			unknown = append(unknown, name)
+			continue
+		}
+		if prev, dup := found[short]; dup {
+			return fmt.Errorf("tensor %q appears twice (as %q and %q)", short, prev, name)
+		}
+		found[short] = name
+		info, _ := ck.Info(name)
+		if !slices.Equal(info.Shape, s.shape) {
+			return fmt.Errorf("tensor %q in %s has shape %v, but config.json implies %v", name, info.File, info.Shape, s.shape)
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("%d tensors are not part of this OPT model (%s); is config.json the right one?", len(unknown), listSome(unknown))
+	}
+	var missing []string
+	for _, s := range m.specs {
+		if _, ok := found[s.name]; !ok && !(s.name == "v_head.weight" && allowMissingVHead) {
+			missing = append(missing, s.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d tensors are missing from the checkpoint (%s)", len(missing), listSome(missing))
+	}
+	var host []float32
+	for _, s := range m.specs {
+		name, ok := found[s.name]
+		if !ok {
+			continue
+		}
+		host = slices.Grow(host[:0], s.size())[:s.size()]
+		if err := ck.ReadF32(name, host); err != nil {
+			return err
+		}
+		m.Dev.WriteF32(m.Params.Flat.Slice(s.offset, s.size()), host)
+	}
+	return nil
+}
+
+func listSome(names []string) string {
+	const k = 5
+	if len(names) <= k {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:k], ", ") + fmt.Sprintf(", and %d more", len(names)-k)
+}
+
+// SaveOptions configure Save.
+type SaveOptions struct {
+	// Prefix is put before decoder weight names: "model.decoder." (the
+	// default, what OPTForCausalLM.from_pretrained reads) or
+	// "rwtransformer.decoder." (DeepSpeed-Chat's reward model).
+	Prefix string
+	// DType of the written tensors: tensor.F32 (default), F16 or BF16.
+	DType tensor.DType
+}
+
+// Save writes the model as a Hugging Face directory: config.json and
+// model.safetensors (written to temporary names and renamed). The tied
+// lm_head is not written, as transformers does; v_head.weight is written at
+// the top level when the model has a value head.
+func (m *Model) Save(dir string, opts SaveOptions) error {
+	if opts.Prefix == "" {
+		opts.Prefix = "model.decoder."
+	}
+	if opts.DType == "" {
+		opts.DType = tensor.F32
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("save model: %w", err)
+	}
+	host := make([]float32, m.NumParams())
+	m.Dev.ReadF32(host, m.Params.Flat)
+	ts := make([]tensor.WriteTensor, 0, len(m.specs))
+	for _, s := range m.specs {
+		name := s.name
+		if name != "lm_head.weight" && name != "v_head.weight" {
+			name = opts.Prefix + name
+		}
+		ts = append(ts, tensor.WriteTensor{Name: name, DType: opts.DType, Shape: s.shape, F32: host[s.offset : s.offset+s.size()]})
+	}
+	if err := tensor.WriteSafetensors(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	cfg := *m.Config
+	cfg.TorchDtype = map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[opts.DType]
+	return cfg.Save(dir)
+}

@@ -1,0 +1,110 @@
+// Package model holds gochat's transformer decoders: OPT today. A Model is a
+// Config plus a flat parameter buffer with named views (Params) on a
+// kernels.Device. Forward and Backward are straight lists of kernel calls in
+// the style of llm.c: the forward reads top to bottom as the architecture, the
+// backward is the same list reversed. Activations live in explicit buffers
+// (Acts) so their memory is visible and reusable; decoding for generation uses
+// a KV cache (Cache). The package knows nothing about optimizers, ranks or
+// training stages.
+package model
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// IgnoreIndex marks a target position that contributes no loss.
+const IgnoreIndex = -100
+
+// lnEps is OPT's LayerNorm epsilon.
+const lnEps = 1e-5
+
+// Options choose optional parts of a Model.
+type Options struct {
+	// ValueHead adds v_head ([1,P], no bias): one scalar per position, read
+	// from the final hidden state. Reward models and critics have one.
+	ValueHead bool
+}
+
+// Model is an OPT decoder (OPTForCausalLM, optionally with a value head) on a
+// device.
+type Model struct {
+	Config *Config
+	Dev    kernels.Device
+	Params *Params
+	// Grads has the layout of Params; nil until AllocGrads.
+	Grads *Params
+
+	opts  Options
+	specs []paramSpec
+}
+
+// New returns a model with zeroed weights on dev.
+func New(dev kernels.Device, cfg *Config, opts Options) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	specs := cfg.paramSpecs(opts.ValueHead)
+	n := 0
+	for _, s := range specs {
+		n += s.size()
+	}
+	flat := dev.Alloc(kernels.F32, n)
+	return &Model{Config: cfg, Dev: dev, Params: newParams(cfg, specs, flat), opts: opts, specs: specs}, nil
+}
+
+// HasValueHead reports whether the model has v_head.
+func (m *Model) HasValueHead() bool { return m.opts.ValueHead }
+
+// NumParams is the number of parameters (the tied lm_head counted once).
+func (m *Model) NumParams() int { return m.Params.Flat.Len() }
+
+// AllocGrads allocates zeroed gradient buffers with the parameters' layout.
+func (m *Model) AllocGrads() {
+	if m.Grads == nil {
+		m.Grads = newParams(m.Config, m.specs, m.Dev.Alloc(kernels.F32, m.NumParams()))
+	}
+}
+
+// ZeroGrads sets every gradient to zero.
+func (m *Model) ZeroGrads() {
+	if m.Grads != nil {
+		m.Dev.Zero(m.Grads.Flat)
+	}
+}
+
+// ParamNames lists the parameters' short names (Hugging Face names without
+// the "model.decoder." prefix; "lm_head.weight" and "v_head.weight" as is)
+// in buffer order.
+func (m *Model) ParamNames() []string {
+	names := make([]string, len(m.specs))
+	for i, s := range m.specs {
+		names[i] = s.name
+	}
+	return names
+}
+
+// ParamRange returns the offset and shape of a named parameter in the flat
+// buffer (see ParamNames).
+func (m *Model) ParamRange(name string) (offset int, shape []int, ok bool) {
+	for _, s := range m.specs {
+		if s.name == name {
+			return s.offset, s.shape, true
+		}
+	}
+	return 0, nil, false
+}
+
+// ParamView returns the view of a named parameter in p (Params or Grads).
+func (m *Model) ParamView(p *Params, name string) (kernels.Buffer, error) {
+	off, shape, ok := m.ParamRange(name)
+	if !ok {
+		return nil, fmt.Errorf("model: no parameter %q", name)
+	}
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return p.Flat.Slice(off, n), nil
+}

@@ -1,0 +1,546 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// The CPU GEMM is organised the GotoBLAS/BLIS way. C is cut into blocks of
+// mc rows (A) × nc columns (B) over kc-deep slices of K. A is packed into
+// mr-row micro-panels (alpha folded in) and B into nr-column micro-panels,
+// both zero-padded to whole panels and laid out so that a micro-kernel reads
+// them strictly sequentially:
+//
+//	packed A panel: a[p*mr + i] = alpha·op(A)[i0+i, p0+p]
+//	packed B panel: b[p*nr + j] = op(B)[p0+p, j0+j]
+//
+// Packing absorbs every transpose variant, so one micro-kernel per ISA
+// serves nn, nt, tn and tt. The loops, outermost first:
+//
+//	ic (mc rows): pack the A block for all of K (L3), shared by the threads
+//	  → pc (kc deep) → jc (nc cols): pack a B block (L2), per thread
+//	    → ir (mr rows): one A micro-panel stays in L1
+//	      → jr (nr cols): micro-kernel streams a B micro-panel from L2
+//
+// Threads normally split C into column ranges of whole micro-tiles: they
+// pack the A block together, then each packs its own B blocks and computes
+// its columns. When C has too few column tiles, they split the rows instead
+// and each runs the loops alone on its rows.
+
+// gemmKernel is a micro-kernel and the cache blocking tuned around it.
+type gemmKernel struct {
+	name   string
+	mr, nr int // micro-tile: rows of A, columns of B
+	kc     int // largest K slice of a micro-panel
+	mc     int // largest A block, in rows (a multiple of mr)
+	nc     int // largest B block, in columns (a multiple of nr)
+	// tile computes the mr×nr tile c = Σ_p a[p*mr+i]·b[p*nr+j] + beta·c over
+	// p < k (k ≥ 1), rows ldc elements apart. beta == 0 (either sign)
+	// overwrites c without reading it.
+	tile func(k int, a, b, c *float32, ldc int, beta float32)
+	// dot returns Σ x[i]·y[i] over len(x) == len(y) elements.
+	dot func(x, y []float32) float32
+	// axpy does y[i] += alpha·x[i] over len(x) == len(y) elements.
+	axpy func(alpha float32, x, y []float32)
+	// packA and packB pack one micro-panel; see gemmPackAPanel and
+	// gemmPackBPanel, the portable versions.
+	packA func(d []float32, mr int, transA bool, a []float32, lda, i0, p0, rows, kc int, alpha float32)
+	packB func(d []float32, nr int, transB bool, b []float32, ldb, p0, j0, cols, kc int)
+}
+
+// gemmMinWork is the number of multiply-adds below which a GEMM runs on
+// one goroutine: starting another costs about as much. Tests lower it.
+var gemmMinWork = 1 << 18
+
+// gemmABudget caps the packed A block (mc rows × all of K), in floats.
+const gemmABudget = 4 << 20
+
+// gemmScratch holds one goroutine's packing buffers. The slices are the raw
+// allocations; gemmAligned carves 64-byte aligned views out of them.
+type gemmScratch struct {
+	a, b, tile, vec []float32
+}
+
+var gemmPool = sync.Pool{New: func() any { return new(gemmScratch) }}
+
+// gemmAligned returns a 64-byte aligned slice of n floats backed by *buf,
+// growing it when needed.
+func gemmAligned(buf *[]float32, n int) []float32 {
+	if cap(*buf) < n+16 {
+		*buf = make([]float32, n+16)
+	}
+	s := (*buf)[:cap(*buf)]
+	off := 0
+	if r := uintptr(unsafe.Pointer(&s[0])) & 63; r != 0 {
+		off = int(64-r) / 4
+	}
+	return s[off : off+n : off+n]
+}
+
+// Gemm implements kernels.Ops.
+func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a kernels.Buffer, lda int, b kernels.Buffer, ldb int, beta float32, c kernels.Buffer, ldc int) {
+	gemm(gemmKernelFor(d.isa), d.threads, transA, transB, m, n, k, alpha, f32(a), lda, f32(b), ldb, beta, f32(c), ldc)
+}
+
+// gemmCheck panics unless a rows×cols matrix with leading dimension ld fits
+// in a buffer of n elements.
+func gemmCheck(name string, rows, cols, ld, n int) {
+	if ld < max(cols, 1) {
+		panic(fmt.Sprintf("cpu: Gemm: ld%s = %d < %d", name, ld, cols))
+	}
+	if rows > 0 && cols > 0 && n < (rows-1)*ld+cols {
+		panic(fmt.Sprintf("cpu: Gemm: %s has %d elements, want at least %d (%dx%d, ld %d)", name, n, (rows-1)*ld+cols, rows, cols, ld))
+	}
+}
+
+// gemm is Gemm on slices with an explicit kernel and thread count.
+func gemm(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	gemmBias(kern, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, c, ldc)
+}
+
+// gemmBias is gemm plus a bias row: C = alpha·op(A)·op(B) + beta·C + bias
+// with bias[j] added to every row (bias nil: none). The blocked path runs
+// the bias as one more step of K: a column of ones in the packed A and the
+// bias as a row of the packed B, so it costs no pass over C.
+func gemmBias(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("cpu: Gemm: negative size m=%d n=%d k=%d", m, n, k))
+	}
+	gemmCheck("c", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return
+	}
+	if bias != nil {
+		bias = bias[:n]
+	}
+	if k == 0 || alpha == 0 {
+		gemmScaleC(m, n, beta, c, ldc)
+		gemmAddBias(m, bias, c, ldc)
+		return
+	}
+	if transA {
+		gemmCheck("a", k, m, lda, len(a))
+	} else {
+		gemmCheck("a", m, k, lda, len(a))
+	}
+	if transB {
+		gemmCheck("b", n, k, ldb, len(b))
+	} else {
+		gemmCheck("b", k, n, ldb, len(b))
+	}
+	if m == 1 || n == 1 {
+		if bias != nil {
+			gemmScaleC(m, n, beta, c, ldc)
+			gemmAddBias(m, bias, c, ldc)
+			beta = 1
+		}
+		gemmGemv(kern, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+
+	// Split C between goroutines along whichever dimension wastes the
+	// fewest micro-tiles (a thread's cost is its tile count); columns win
+	// ties because the threads then share the packed A.
+	mt, nt := (m+kern.mr-1)/kern.mr, (n+kern.nr-1)/kern.nr
+	t := min(threads, max(1, m*n*k/gemmMinWork))
+	if t > 1 && mt*((nt+t-1)/t) > (mt+t-1)/t*nt {
+		t = min(t, mt)
+		gemmFanOut(t, func(i int) {
+			lo, hi := i*mt/t*kern.mr, min((i+1)*mt/t*kern.mr, m)
+			ao := lo * lda // row offset into op(A)
+			if transA {
+				ao = lo
+			}
+			gemmBlocked(kern, 1, transA, transB, hi-lo, n, k, alpha, a[ao:], lda, b, ldb, beta, bias, c[lo*ldc:], ldc)
+		})
+		return
+	}
+	gemmBlocked(kern, min(t, nt), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
+}
+
+// gemmFanOut runs fn(0..t-1) on t goroutines, fn(0) on the caller's.
+func gemmFanOut(t int, fn func(i int)) {
+	if t <= 1 {
+		fn(0)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(t - 1)
+	for i := 1; i < t; i++ {
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	fn(0)
+	wg.Wait()
+}
+
+// gemmAddBias adds bias[j] to C[i, j] for i < m, j < len(bias).
+func gemmAddBias(m int, bias, c []float32, ldc int) {
+	for i := range m {
+		row := c[i*ldc : i*ldc+len(bias)]
+		for j, v := range bias {
+			row[j] += v
+		}
+	}
+}
+
+// gemmScaleC does C = beta·C, writing zeros without reading C when beta is 0.
+func gemmScaleC(m, n int, beta float32, c []float32, ldc int) {
+	for i := range m {
+		row := c[i*ldc : i*ldc+n]
+		switch beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j := range row {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+// gemmBlock returns the block size for a dimension of n: at most limit,
+// a multiple of unit, and as even as possible over the blocks.
+func gemmBlock(n, limit, unit int) int {
+	if n <= limit {
+		return n
+	}
+	blocks := (n + limit - 1) / limit
+	per := (n + blocks - 1) / blocks
+	return min(limit, (per+unit-1)/unit*unit)
+}
+
+// gemmJob is one gemmBlocked call, shared by its goroutines.
+type gemmJob struct {
+	kern           *gemmKernel
+	t              int // goroutines
+	transA, transB bool
+	m, n, k        int
+	alpha, beta    float32
+	a, b, c        []float32
+	lda, ldb, ldc  int
+	bias           []float32 // nil or n floats: K step 0 (see gemmBias)
+	kv             int       // k, plus 1 with a bias
+
+	s         *gemmScratch // the caller's: the shared A block, thread 0's B
+	ap        []float32    // the packed A block
+	kcMax     int
+	mcPad     int // rows of ap
+	ic, mc    int // the current A block: rows ic..ic+mc
+	computing bool
+	wg        sync.WaitGroup
+}
+
+var gemmJobPool = sync.Pool{New: func() any { return new(gemmJob) }}
+
+// gemmBlocked runs the blocked loops with t goroutines splitting the
+// columns of C (t ≤ the number of column micro-tiles).
+func gemmBlocked(kern *gemmKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
+	mr := kern.mr
+	j := gemmJobPool.Get().(*gemmJob)
+	*j = gemmJob{kern: kern, t: t, transA: transA, transB: transB, m: m, n: n, k: k,
+		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, bias: bias, kv: k}
+	if bias != nil {
+		j.kv++
+	}
+	j.kcMax = gemmBlock(j.kv, kern.kc, 1)
+	mcMax := gemmBlock(m, max(mr, min(kern.mc, gemmABudget/j.kv/mr*mr)), mr)
+	j.mcPad = (mcMax + mr - 1) / mr * mr
+	j.s = gemmPool.Get().(*gemmScratch)
+	// The A block is stored K slice by K slice: slice pc starts at
+	// mcPad·pc and holds mr-row panels of kc·mr floats.
+	j.ap = gemmAligned(&j.s.a, j.mcPad*j.kv)
+	for ic := 0; ic < m; ic += mcMax {
+		j.ic, j.mc = ic, min(mcMax, m-ic)
+		j.computing = false
+		j.fanOut()
+		j.computing = true
+		j.fanOut()
+	}
+	gemmPool.Put(j.s)
+	*j = gemmJob{}
+	gemmJobPool.Put(j)
+}
+
+// gemmTask is a share of a job for a worker goroutine.
+type gemmTask struct {
+	job *gemmJob
+	i   int
+}
+
+// gemmTasks hands tasks to idle workers. Workers are started on demand and
+// then wait here for more, so a GEMM starts no goroutine in steady state.
+var gemmTasks = make(chan gemmTask)
+
+func gemmWorker(task gemmTask) {
+	for {
+		task.job.run(task.i)
+		task.job.wg.Done()
+		task = <-gemmTasks
+	}
+}
+
+// fanOut runs the current phase as t shares, share 0 on the caller.
+func (j *gemmJob) fanOut() {
+	j.wg.Add(j.t - 1)
+	for i := 1; i < j.t; i++ {
+		task := gemmTask{j, i}
+		select {
+		case gemmTasks <- task:
+		default:
+			go gemmWorker(task)
+		}
+	}
+	j.run(0)
+	j.wg.Wait()
+}
+
+// run does share i of the current phase: packing its A panels or computing
+// its columns.
+func (j *gemmJob) run(i int) {
+	kern, t, mr, nr := j.kern, j.t, j.kern.mr, j.kern.nr
+	if !j.computing {
+		panels := (j.mc + mr - 1) / mr
+		for pc := 0; pc < j.kv; pc += j.kcMax {
+			kc := min(j.kcMax, j.kv-pc)
+			for ip := i * panels / t; ip < (i+1)*panels/t; ip++ {
+				o := j.mcPad*pc + ip*mr*kc
+				d := j.ap[o : o+mr*kc]
+				p0, kr := pc, kc // the slice in real K
+				if j.bias != nil {
+					if pc == 0 {
+						for x := range mr {
+							d[x] = 1
+						}
+						d, kr = d[mr:], kc-1
+					} else {
+						p0--
+					}
+				}
+				if kr > 0 {
+					kern.packA(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+				}
+			}
+		}
+		return
+	}
+	s := j.s
+	if i > 0 {
+		s = gemmPool.Get().(*gemmScratch)
+		defer gemmPool.Put(s)
+	}
+	nt := (j.n + nr - 1) / nr
+	lo, hi := i*nt/t*nr, min((i+1)*nt/t*nr, j.n)
+	gemmCompute(kern, s, j.ap, j.mcPad, j.mc, hi-lo, j.kv, j.kcMax, j.transB, j.b, j.ldb, lo, j.beta, j.bias, j.c[j.ic*j.ldc+lo:], j.ldc)
+}
+
+// gemmCompute computes the mc×n block of C at c (rows ldc apart) from the
+// packed A block ap and columns j0..j0+n of op(B), packing B as it goes.
+// k counts the bias step when bias is not nil.
+func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k, kcMax int, transB bool, b []float32, ldb, j0 int, beta float32, bias, c []float32, ldc int) {
+	mr, nr := kern.mr, kern.nr
+	ncMax := gemmBlock(n, kern.nc, nr)
+	bp := gemmAligned(&s.b, (ncMax+nr-1)/nr*nr*kcMax)
+	tile := gemmAligned(&s.tile, mr*nr)
+	for pc := 0; pc < k; pc += kcMax {
+		kc := min(kcMax, k-pc)
+		bet := beta
+		if pc > 0 {
+			bet = 1
+		}
+		for jc := 0; jc < n; jc += ncMax {
+			nc := min(ncMax, n-jc)
+			for jp := 0; jp < nc; jp += nr {
+				d := bp[jp*kc : (jp+nr)*kc]
+				cols := min(nr, nc-jp)
+				p0, kr := pc, kc // the slice in real K
+				if bias != nil {
+					if pc == 0 {
+						copy(d[:cols], bias[j0+jc+jp:][:cols])
+						clear(d[cols:nr])
+						d, kr = d[nr:], kc-1
+					} else {
+						p0--
+					}
+				}
+				if kr > 0 {
+					kern.packB(d, nr, transB, b, ldb, p0, j0+jc+jp, cols, kr)
+				}
+			}
+			for ir := 0; ir < mc; ir += mr {
+				mrr := min(mr, mc-ir)
+				o := mcPad*pc + ir*kc
+				apan := ap[o : o+mr*kc]
+				crow := ir * ldc
+				for jr := 0; jr < nc; jr += nr {
+					nrr := min(nr, nc-jr)
+					bpan := bp[jr*kc : (jr+nr)*kc]
+					if mrr == mr && nrr == nr {
+						kern.tile(kc, &apan[0], &bpan[0], &c[crow+jc+jr], ldc, bet)
+						continue
+					}
+					kern.tile(kc, &apan[0], &bpan[0], &tile[0], nr, 0)
+					gemmMergeTile(tile, nr, mrr, nrr, bet, c[crow+jc+jr:], ldc)
+				}
+			}
+		}
+	}
+}
+
+// gemmMergeTile does C = T + beta·C for the top-left rows×cols of a tile T
+// whose rows are ldt apart (beta 0 overwrites).
+func gemmMergeTile(t []float32, ldt, rows, cols int, beta float32, c []float32, ldc int) {
+	for i := range rows {
+		src := t[i*ldt : i*ldt+cols]
+		dst := c[i*ldc : i*ldc+cols]
+		if beta == 0 {
+			copy(dst, src)
+			continue
+		}
+		for j, v := range src {
+			dst[j] = v + beta*dst[j]
+		}
+	}
+}
+
+// gemmPackAPanel packs one A panel: d[p*mr + i] = alpha·op(A)[i0+i, p0+p]
+// for p < kc, i < rows, and zeros for rows ≤ i < mr.
+func gemmPackAPanel(d []float32, mr int, transA bool, a []float32, lda, i0, p0, rows, kc int, alpha float32) {
+	d = d[:mr*kc]
+	if transA {
+		// op(A)[i, p] = a[p*lda + i]: each p is a contiguous run.
+		for p := range kc {
+			src := a[(p0+p)*lda+i0:][:rows]
+			o := d[p*mr : p*mr+mr]
+			for i, v := range src {
+				o[i] = alpha * v
+			}
+			clear(o[rows:])
+		}
+		return
+	}
+	// op(A)[i, p] = a[i*lda + p]: transpose each row into column i.
+	for i := range rows {
+		gemmScatter(d[i:], a[(i0+i)*lda+p0:][:kc], mr, alpha)
+	}
+	gemmZeroColumns(d, mr, rows, kc)
+}
+
+// gemmPackBPanel packs one B panel: d[p*nr + j] = op(B)[p0+p, j0+j] for
+// p < kc, j < cols, and zeros for cols ≤ j < nr.
+func gemmPackBPanel(d []float32, nr int, transB bool, b []float32, ldb, p0, j0, cols, kc int) {
+	d = d[:nr*kc]
+	if !transB {
+		// op(B)[p, j] = b[p*ldb + j]: each p is a contiguous run.
+		for p := range kc {
+			o := d[p*nr : p*nr+nr]
+			copy(o, b[(p0+p)*ldb+j0:][:cols])
+			clear(o[cols:])
+		}
+		return
+	}
+	// op(B)[p, j] = b[j*ldb + p]: transpose each row into column j.
+	for j := range cols {
+		gemmScatter(d[j:], b[(j0+j)*ldb+p0:][:kc], nr, 1)
+	}
+	gemmZeroColumns(d, nr, cols, kc)
+}
+
+// gemmZeroColumns zeros d[p*ld + j] for from ≤ j < ld, p < kc.
+func gemmZeroColumns(d []float32, ld, from, kc int) {
+	if from == ld {
+		return
+	}
+	for p := range kc {
+		clear(d[p*ld+from : p*ld+ld])
+	}
+}
+
+// gemmScatter writes dst[p*stride] = alpha·src[p].
+func gemmScatter(dst, src []float32, stride int, alpha float32) {
+	if len(src) == 0 {
+		return
+	}
+	_ = dst[(len(src)-1)*stride]
+	for p, v := range src {
+		dst[p*stride] = alpha * v
+	}
+}
+
+// gemmGemv handles m == 1 or n == 1, where packing would cost more than the
+// arithmetic: it runs on dot products and axpys over contiguous rows.
+func gemmGemv(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	s := gemmPool.Get().(*gemmScratch)
+	defer gemmPool.Put(s)
+	if m == 1 {
+		// y[1,n] = alpha·x[1,k]·op(B) + beta·y with x = op(A)[0,:].
+		x := gemmAligned(&s.vec, k)
+		for p := range k {
+			if transA {
+				x[p] = alpha * a[p*lda]
+			} else {
+				x[p] = alpha * a[p]
+			}
+		}
+		y := c[:n]
+		t := min(threads, max(1, n*k/gemmMinWork))
+		gemmFanOut(t, func(i int) {
+			lo, hi := i*n/t, (i+1)*n/t
+			if transB {
+				// op(B)[:, j] is row j of b.
+				for j := lo; j < hi; j++ {
+					v := kern.dot(x, b[j*ldb:j*ldb+k])
+					if beta != 0 {
+						v += beta * y[j]
+					}
+					y[j] = v
+				}
+				return
+			}
+			gemmScaleC(1, hi-lo, beta, y[lo:hi], hi-lo)
+			for p := range k {
+				kern.axpy(x[p], b[p*ldb+lo:p*ldb+hi], y[lo:hi])
+			}
+		})
+		return
+	}
+	// n == 1: y[m] = alpha·op(A)·v + beta·y with v = op(B)[:,0], y = C[:,0].
+	v := gemmAligned(&s.vec, k+m)
+	y := v[k:]
+	v = v[:k]
+	for p := range k {
+		if transB {
+			v[p] = alpha * b[p]
+		} else {
+			v[p] = alpha * b[p*ldb]
+		}
+	}
+	t := min(threads, max(1, m*k/gemmMinWork))
+	gemmFanOut(t, func(i int) {
+		lo, hi := i*m/t, (i+1)*m/t
+		if !transA {
+			for r := lo; r < hi; r++ {
+				y[r] = kern.dot(a[r*lda:r*lda+k], v)
+			}
+		} else {
+			// op(A)[r, p] = a[p*lda + r]: accumulate rows of a.
+			clear(y[lo:hi])
+			for p := range k {
+				kern.axpy(v[p], a[p*lda+lo:p*lda+hi], y[lo:hi])
+			}
+		}
+		for r := lo; r < hi; r++ {
+			val := y[r]
+			if beta != 0 {
+				val += beta * c[r*ldc]
+			}
+			c[r*ldc] = val
+		}
+	})
+}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -48,9 +49,11 @@ func PresetConfig(name string) (*Config, error) {
 // biases zero, LayerNorm weights one, the padding row of embed_tokens zero.
 func (m *Model) InitRandom(seed uint64, std float64) {
 	rng := rand.New(rand.NewPCG(seed, 0x6F70742D))
-	host := make([]float32, m.NumParams())
+	var host []float32
 	for _, s := range m.specs {
-		w := host[s.offset : s.offset+s.size()]
+		host = slices.Grow(host[:0], s.size())[:s.size()]
+		w := host
+		clear(w)
 		switch {
 		case strings.Contains(s.name, "layer_norm") && strings.HasSuffix(s.name, ".weight"):
 			for i := range w {
@@ -67,6 +70,6 @@ func (m *Model) InitRandom(seed uint64, std float64) {
 			pad := m.Config.PadTokenID
 			clear(w[pad*P : (pad+1)*P])
 		}
+		m.Dev.WriteF32(m.Params.Flat.Slice(s.offset, s.size()), w)
 	}
-	m.Dev.WriteF32(m.Params.Flat, host)
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -41,7 +42,9 @@ type Globals struct {
 	LogLevel string
 	LogFmt   string
 	Threads  int
+	CPUProf  string
 	Log      zerolog.Logger
+	stopProf func()
 }
 
 // Main runs gochat with args and returns the process exit code.
@@ -95,13 +98,30 @@ func newRootCmd(g *Globals) *cobra.Command {
 			if g.Threads == 0 {
 				g.Threads = runtime.NumCPU()
 			}
+			if g.CPUProf != "" {
+				f, err := os.Create(g.CPUProf)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				g.stopProf = func() { pprof.StopCPUProfile(); f.Close() }
+			}
 			return nil
+		},
+		PersistentPostRun: func(*cobra.Command, []string) {
+			if g.stopProf != nil {
+				g.stopProf()
+			}
 		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.LogFmt, "log-format", "auto", "log format: console, json, or auto (console on a terminal, else json)")
 	pf.IntVar(&g.Threads, "threads", 0, "CPU threads for kernels (0 = all cores)")
+	pf.StringVar(&g.CPUProf, "cpuprofile", "", "write a Go CPU profile to this file")
 
 	root.AddCommand(
 		newVersionCmd(g, nil),

@@ -50,7 +50,8 @@ type Ops interface {
 	// GELUBackward: dinp = dout·GELU'(inp) (overwrites; may alias dout).
 	GELUBackward(dinp, dout, inp Buffer, n int)
 
-	// SoftmaxForward: out[N,C] = softmax of each row of inp[N,C].
+	// SoftmaxForward: out[N,C] = softmax of each row of inp[N,C]; out may
+	// alias inp.
 	SoftmaxForward(out, inp Buffer, n, c int)
 
 	// AttentionForward is causal multi-head self-attention. qkv[B,T,3C] holds
@@ -72,7 +73,13 @@ type Ops interface {
 	// DropoutForward: out = inp·keep/(1-p) where keep is drawn from a
 	// counter-based generator keyed by (seed, element index), so the result
 	// does not depend on the backend or the thread count. scale[n] saves
-	// keep/(1-p) for the backward. out may alias inp.
+	// keep/(1-p) for the backward. out may alias inp. Every backend uses the
+	// same generator (SplitMix64 as a hash, uint64 arithmetic wrapping):
+	//
+	//	mix(z) = z ^= z>>30; z *= 0xBF58476D1CE4E5B9; z ^= z>>27;
+	//	         z *= 0x94D049BB133111EB; z ^ z>>31
+	//	key = mix(seed + γ), r_i = mix(key + (i+1)·γ), γ = 0x9E3779B97F4A7C15
+	//	keep_i = float32(r_i>>40)·2^-24 >= p
 	DropoutForward(out, scale, inp Buffer, p float32, seed uint64, n int)
 	// Mul: out[i] = a[i]·b[i]; out may alias a or b. DropoutBackward is
 	// Mul(dinp, dout, scale).

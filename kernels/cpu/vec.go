@@ -8,25 +8,44 @@ import (
 
 // Vector primitives shared by the row kernels (softmax, cross-entropy,
 // attention). Each has a portable Go version (go*) and, on amd64, an AVX-512
-// version in vec_amd64.s; the Device methods below pick one from d.isa, so
-// Options{ISA: "generic"} runs the portable code everywhere.
+// version in vec_amd64.s and an AVX2+FMA one in vec_avx2_amd64.s that
+// computes bit for bit what the AVX-512 one does; the Device methods below
+// pick one from d.isa, so Options{ISA: "avx2"} runs the AVX2 code and
+// Options{ISA: "generic"} the portable code everywhere.
 
-// useAVX512 reports whether the vector primitives may use AVX-512 (F and
-// VL; every AVX-512 CPU but the Xeon Phi has both).
-func (d *Device) useAVX512() bool { return haveVecAsm && d.isa == isaAVX512 && cpu.X86.HasAVX512VL }
+// vecISA is the instruction set the vector primitives use: AVX-512 (F and
+// VL; every AVX-512 CPU but the Xeon Phi has both), else AVX2 with FMA, else
+// the portable Go code; never more than d.isa.
+func (d *Device) vecISA() isa {
+	switch {
+	case !haveVecAsm:
+		return isaGeneric
+	case d.isa >= isaAVX512 && cpu.X86.HasAVX512VL:
+		return isaAVX512
+	case d.isa >= isaAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+		return isaAVX2
+	}
+	return isaGeneric
+}
 
 // rowMax returns max(x); x must not be empty.
 func (d *Device) rowMax(x []float32) float32 {
-	if d.useAVX512() {
+	switch d.vecISA() {
+	case isaAVX512:
 		return maxAVX512(x)
+	case isaAVX2:
+		return maxAVX2(x)
 	}
 	return goMax(x)
 }
 
 // rowExpSum returns Σ exp(x[j]-m).
 func (d *Device) rowExpSum(x []float32, m float32) float64 {
-	if d.useAVX512() {
+	switch d.vecISA() {
+	case isaAVX512:
 		return float64(expSumAVX512(x, m))
+	case isaAVX2:
+		return float64(expSumAVX2(x, m))
 	}
 	return goExpSum(x, m)
 }
@@ -34,16 +53,23 @@ func (d *Device) rowExpSum(x []float32, m float32) float64 {
 // rowExpStore sets dst[j] = exp(x[j]-m) and returns their sum. dst may be x.
 func (d *Device) rowExpStore(dst, x []float32, m float32) float64 {
 	dst = dst[:len(x)]
-	if d.useAVX512() {
+	switch d.vecISA() {
+	case isaAVX512:
 		return float64(expStoreAVX512(dst, x, m))
+	case isaAVX2:
+		return float64(expStoreAVX2(dst, x, m))
 	}
 	return goExpStore(dst, x, m)
 }
 
 // rowScale sets x[j] *= s.
 func (d *Device) rowScale(x []float32, s float32) {
-	if d.useAVX512() {
+	switch d.vecISA() {
+	case isaAVX512:
 		scaleAVX512(x, s)
+		return
+	case isaAVX2:
+		scaleAVX2(x, s)
 		return
 	}
 	for j := range x {
@@ -58,9 +84,15 @@ func (d *Device) dots(dst, q, k []float32, stride int) {
 	}
 	hs := len(q)
 	_ = k[(len(dst)-1)*stride+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		dotsAVX512(dst, &q[0], &k[0], stride, hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			dotsAVX512(dst, &q[0], &k[0], stride, hs)
+			return
+		case isaAVX2:
+			dotsAVX2(dst, &q[0], &k[0], stride, hs)
+			return
+		}
 	}
 	goDots(dst, q, k, stride)
 }
@@ -72,9 +104,15 @@ func (d *Device) gemvT(out, p, v []float32, stride int) {
 	}
 	hs := len(out)
 	_ = v[(len(p)-1)*stride+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		gemvTAVX512(&out[0], p, &v[0], stride, hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			gemvTAVX512(&out[0], p, &v[0], stride, hs)
+			return
+		case isaAVX2:
+			gemvTAVX2(&out[0], p, &v[0], stride, hs)
+			return
+		}
 	}
 	goGemvT(out, p, v, stride)
 }
@@ -86,9 +124,15 @@ func (d *Device) rank1(dst []float32, stride int, a, x []float32) {
 	}
 	hs := len(x)
 	_ = dst[(len(a)-1)*stride+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		rank1AVX512(&dst[0], stride, a, &x[0], hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			rank1AVX512(&dst[0], stride, a, &x[0], hs)
+			return
+		case isaAVX2:
+			rank1AVX2(&dst[0], stride, a, &x[0], hs)
+			return
+		}
 	}
 	goRank1(dst, stride, a, x)
 }
@@ -103,9 +147,15 @@ func (d *Device) dots4(dst []float32, ldd int, q []float32, ldq int, k []float32
 	_ = dst[3*ldd+n-1]
 	_ = q[3*ldq+hs-1]
 	_ = k[(n-1)*stride+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		dots4AVX512(&dst[0], ldd, &q[0], ldq, &k[0], stride, n, hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			dots4AVX512(&dst[0], ldd, &q[0], ldq, &k[0], stride, n, hs)
+			return
+		case isaAVX2:
+			dots4AVX2(&dst[0], ldd, &q[0], ldq, &k[0], stride, n, hs)
+			return
+		}
 	}
 	for r := range 4 {
 		goDots(dst[r*ldd:r*ldd+n], q[r*ldq:r*ldq+hs], k, stride)
@@ -121,9 +171,15 @@ func (d *Device) gemvT4(out []float32, ldo int, p []float32, ldp int, v []float3
 	_ = out[3*ldo+hs-1]
 	_ = p[3*ldp+n-1]
 	_ = v[(n-1)*stride+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		gemvT4AVX512(&out[0], ldo, &p[0], ldp, &v[0], stride, n, hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			gemvT4AVX512(&out[0], ldo, &p[0], ldp, &v[0], stride, n, hs)
+			return
+		case isaAVX2:
+			gemvT4AVX2(&out[0], ldo, &p[0], ldp, &v[0], stride, n, hs)
+			return
+		}
 	}
 	for r := range 4 {
 		goGemvT(out[r*ldo:r*ldo+hs], p[r*ldp:r*ldp+n], v, stride)
@@ -139,9 +195,15 @@ func (d *Device) rank4(dst []float32, stride int, a []float32, lda int, x []floa
 	_ = dst[(n-1)*stride+hs-1]
 	_ = a[3*lda+n-1]
 	_ = x[3*ldx+hs-1]
-	if d.useAVX512() && hs%16 == 0 {
-		rank4AVX512(&dst[0], stride, &a[0], lda, &x[0], ldx, n, hs)
-		return
+	if hs%16 == 0 {
+		switch d.vecISA() {
+		case isaAVX512:
+			rank4AVX512(&dst[0], stride, &a[0], lda, &x[0], ldx, n, hs)
+			return
+		case isaAVX2:
+			rank4AVX2(&dst[0], stride, &a[0], lda, &x[0], ldx, n, hs)
+			return
+		}
 	}
 	for r := range 4 {
 		goRank1(dst, stride, a[r*lda:r*lda+n], x[r*ldx:r*ldx+hs])
@@ -245,8 +307,8 @@ const (
 )
 
 // expf is a float32 exp accurate to about 1 ulp over the normal range.
-// Results below the smallest normal float32 flush to 0 (the AVX-512 version
-// returns the subnormal instead; softmax sums cannot tell).
+// Results below the smallest normal float32 flush to 0 (the AVX-512 and AVX2
+// versions return the subnormal instead; softmax sums cannot tell).
 func expf(x float32) float32 {
 	switch {
 	case x != x:

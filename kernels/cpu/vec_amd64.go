@@ -2,7 +2,8 @@
 
 package cpu
 
-// haveVecAsm is true: vec_amd64.s provides the AVX-512 primitives.
+// haveVecAsm is true: vec_amd64.s provides the AVX-512 primitives and
+// vec_avx2_amd64.s their AVX2+FMA twins.
 const haveVecAsm = true
 
 // maxAVX512 returns max(x); len(x) > 0.
@@ -58,3 +59,57 @@ func gemvT4AVX512(out *float32, ldo int, p *float32, ldp int, v *float32, ldv in
 //
 //go:noescape
 func rank4AVX512(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, n, hs int)
+
+// The AVX2+FMA versions, in vec_avx2_amd64.s, for CPUs without AVX-512.
+// Each computes bit for bit what its AVX-512 namesake does.
+
+// maxAVX2 returns max(x); len(x) > 0.
+//
+//go:noescape
+func maxAVX2(x []float32) float32
+
+// expSumAVX2 returns Σ exp(x[j]-m), summed in 64 float32 lanes.
+//
+//go:noescape
+func expSumAVX2(x []float32, m float32) float32
+
+// expStoreAVX2 sets dst[j] = exp(x[j]-m) and returns the sum; len(dst) >=
+// len(x), and dst may be x.
+//
+//go:noescape
+func expStoreAVX2(dst, x []float32, m float32) float32
+
+// scaleAVX2 sets x[j] *= s.
+//
+//go:noescape
+func scaleAVX2(x []float32, s float32)
+
+// dotsAVX2 sets dst[j] = Σ_c q[c]·k[j*stride+c] for c < hs; hs%16 == 0.
+//
+//go:noescape
+func dotsAVX2(dst []float32, q, k *float32, stride, hs int)
+
+// gemvTAVX2 adds Σ_j p[j]·v[j*stride+c] to out[c] for c < hs; hs%16 == 0.
+//
+//go:noescape
+func gemvTAVX2(out *float32, p []float32, v *float32, stride, hs int)
+
+// rank1AVX2 adds a[j]·x[c] to dst[j*stride+c] for c < hs; hs%16 == 0.
+//
+//go:noescape
+func rank1AVX2(dst *float32, stride int, a []float32, x *float32, hs int)
+
+// dots4AVX2 is dots4AVX512 on AVX2; hs%16 == 0.
+//
+//go:noescape
+func dots4AVX2(dst *float32, ldd int, q *float32, ldq int, k *float32, ldk int, n, hs int)
+
+// gemvT4AVX2 is gemvT4AVX512 on AVX2; hs%16 == 0.
+//
+//go:noescape
+func gemvT4AVX2(out *float32, ldo int, p *float32, ldp int, v *float32, ldv int, n, hs int)
+
+// rank4AVX2 is rank4AVX512 on AVX2; hs%16 == 0.
+//
+//go:noescape
+func rank4AVX2(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, n, hs int)

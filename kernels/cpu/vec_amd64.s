@@ -17,9 +17,10 @@ DATA expc<>+28(SB)/4, $0x3d2aa9c1 // P3
 DATA expc<>+32(SB)/4, $0x3e2aaaaa // P4
 DATA expc<>+36(SB)/4, $0x3f000000 // P5
 DATA expc<>+40(SB)/4, $0x3f800000 // 1
-GLOBL expc<>(SB), RODATA|NOPTR, $44
+DATA expc<>+44(SB)/4, $0x43000000 // 128: cap on n
+GLOBL expc<>(SB), RODATA|NOPTR, $48
 
-// EXPCONST loads the exp constants into Z16..Z26.
+// EXPCONST loads the exp constants into Z16..Z26 and Z28.
 #define EXPCONST \
 	VBROADCASTSS expc<>+0(SB), Z16;  \
 	VBROADCASTSS expc<>+4(SB), Z17;  \
@@ -31,15 +32,20 @@ GLOBL expc<>(SB), RODATA|NOPTR, $44
 	VBROADCASTSS expc<>+28(SB), Z23; \
 	VBROADCASTSS expc<>+32(SB), Z24; \
 	VBROADCASTSS expc<>+36(SB), Z25; \
-	VBROADCASTSS expc<>+40(SB), Z26
+	VBROADCASTSS expc<>+40(SB), Z26; \
+	VBROADCASTSS expc<>+44(SB), Z28
 
 // EXPZ sets x = exp(x) using n and t as scratch; NaN propagates, inputs
 // below -104 (and -Inf) give 0, the result is scaled with VSCALEFPS so
-// subnormal results and overflow to +Inf come out right.
+// subnormal results and overflow to +Inf come out right. n is capped at 128,
+// which changes no result (exp is +Inf from x = 88.73 on) but keeps huge x
+// (above about 9e7, where n·C1 is no longer exact) from reducing to an r
+// whose polynomial is negative, and the result -Inf.
 #define EXPZ(x, n, t) \
 	VMAXPS       x, Z16, x; \
 	VMULPS       Z17, x, n; \
 	VRNDSCALEPS  $0, n, n;  \
+	VMINPS       Z28, n, n; \
 	VFNMADD231PS Z18, n, x; \
 	VFNMADD231PS Z19, n, x; \
 	VMOVAPS      Z20, t;    \

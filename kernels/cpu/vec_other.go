@@ -22,3 +22,21 @@ func gemvT4AVX512(out *float32, ldo int, p *float32, ldp int, v *float32, ldv in
 func rank4AVX512(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, n, hs int) {
 	panic("unreachable")
 }
+
+func maxAVX2(x []float32) float32                                         { panic("unreachable") }
+func expSumAVX2(x []float32, m float32) float32                           { panic("unreachable") }
+func expStoreAVX2(dst, x []float32, m float32) float32                    { panic("unreachable") }
+func scaleAVX2(x []float32, s float32)                                    { panic("unreachable") }
+func dotsAVX2(dst []float32, q, k *float32, stride, hs int)               { panic("unreachable") }
+func gemvTAVX2(out *float32, p []float32, v *float32, stride, hs int)     { panic("unreachable") }
+func rank1AVX2(dst *float32, stride int, a []float32, x *float32, hs int) { panic("unreachable") }
+
+func dots4AVX2(dst *float32, ldd int, q *float32, ldq int, k *float32, ldk int, n, hs int) {
+	panic("unreachable")
+}
+func gemvT4AVX2(out *float32, ldo int, p *float32, ldp int, v *float32, ldv int, n, hs int) {
+	panic("unreachable")
+}
+func rank4AVX2(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, n, hs int) {
+	panic("unreachable")
+}

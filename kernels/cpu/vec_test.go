@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -33,18 +34,56 @@ func TestExpfAccuracy(t *testing.T) {
 	}
 }
 
-func TestVecAVX512(t *testing.T) {
-	if !haveVecAsm || bestISA() != isaAVX512 {
-		t.Skip("no AVX-512")
+// vecImpl is one assembly implementation of the vector primitives.
+type vecImpl struct {
+	name     string
+	isa      string // Options.ISA that selects it
+	max      func(x []float32) float32
+	expSum   func(x []float32, m float32) float32
+	expStore func(dst, x []float32, m float32) float32
+	scale    func(x []float32, s float32)
+	dots     func(dst []float32, q, k *float32, stride, hs int)
+	gemvT    func(out *float32, p []float32, v *float32, stride, hs int)
+	rank1    func(dst *float32, stride int, a []float32, x *float32, hs int)
+}
+
+var (
+	vecAVX512 = vecImpl{"avx512", "avx512", maxAVX512, expSumAVX512, expStoreAVX512, scaleAVX512, dotsAVX512, gemvTAVX512, rank1AVX512}
+	vecAVX2   = vecImpl{"avx2", "avx2", maxAVX2, expSumAVX2, expStoreAVX2, scaleAVX2, dotsAVX2, gemvTAVX2, rank1AVX2}
+)
+
+// vecDevice returns a device whose vector primitives run on isa ("avx512",
+// "avx2" or "generic"), or skips t when this CPU has no such code path.
+func vecDevice(t testing.TB, isa string) *Device {
+	t.Helper()
+	d, err := New(Options{ISA: isa})
+	if err != nil {
+		t.Skipf("ISA %s: %v", isa, err)
 	}
+	if got := d.vecISA().String(); got != isa {
+		t.Skipf("ISA %s: vector primitives run on %s here", isa, got)
+	}
+	return d
+}
+
+func TestVecAsm(t *testing.T) {
+	for _, im := range []vecImpl{vecAVX512, vecAVX2} {
+		t.Run(im.name, func(t *testing.T) {
+			vecDevice(t, im.isa)
+			testVecImpl(t, im)
+		})
+	}
+}
+
+func testVecImpl(t *testing.T, im vecImpl) {
 	r := rand.New(rand.NewPCG(1, 2))
-	// exp accuracy over the whole useful range through expStoreAVX512.
+	// exp accuracy over the whole useful range through expStore.
 	var xs []float32
 	for x := float32(-103.9); x < 88.7; x += 1e-3 {
 		xs = append(xs, x)
 	}
 	ys := make([]float32, len(xs))
-	expStoreAVX512(ys, xs, 0)
+	im.expStore(ys, xs, 0)
 	worst := 0.0
 	for i, x := range xs {
 		want := math.Exp(float64(x))
@@ -59,51 +98,105 @@ func TestVecAVX512(t *testing.T) {
 		}
 	}
 	if worst > 2 {
-		t.Fatalf("exp AVX-512: worst error %.2f ulp", worst)
+		t.Fatalf("exp %s: worst error %.2f ulp", im.name, worst)
 	}
-	t.Logf("exp AVX-512 worst error %.2f ulp", worst)
-	sp := []float32{float32(math.Inf(-1)), -1000, -104, 0, 89, float32(math.NaN())}
-	spo := make([]float32, len(sp))
-	expStoreAVX512(spo, sp, 0)
-	if spo[0] != 0 || spo[1] != 0 || spo[2] != 0 || spo[3] != 1 || !math.IsInf(float64(spo[4]), 1) || !math.IsNaN(float64(spo[5])) {
-		t.Fatalf("exp special values: %v", spo)
+	t.Logf("exp %s worst error %.2f ulp", im.name, worst)
+	inf := float32(math.Inf(1))
+	sp := []float32{-inf, -1000, -104, 0, 89, float32(math.NaN()), inf, 1000, 88.7, -103.9, 9.4e7, 3e38}
+	for n := range len(sp) + 1 { // every tail length, each value in every lane
+		for rot := range sp {
+			in := make([]float32, n)
+			for i := range in {
+				in[i] = sp[(i+rot)%len(sp)]
+			}
+			out := make([]float32, n+1)
+			out[n] = 42
+			im.expStore(out, in, 0)
+			for i, x := range in {
+				y, ok := out[i], false
+				switch {
+				case x != x:
+					ok = y != y
+				case x <= -104:
+					ok = y == 0
+				case x > 88.8:
+					ok = math.IsInf(float64(y), 1)
+				default:
+					ok = ulps(y, math.Exp(float64(x))) <= 2
+				}
+				if !ok {
+					t.Fatalf("exp(%g) = %g (n=%d)", x, y, n)
+				}
+			}
+			if out[n] != 42 {
+				t.Fatalf("expStore n=%d wrote past the end", n)
+			}
+		}
 	}
 
-	for _, n := range []int{1, 3, 15, 16, 17, 31, 63, 64, 65, 100, 129, 1000} {
+	for _, n := range []int{1, 3, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 63, 64, 65, 72, 100, 129, 1000} {
 		x := make([]float32, n)
 		for i := range x {
 			x[i] = float32(r.NormFloat64() * 3)
 		}
-		if got, want := maxAVX512(x), goMax(x); got != want {
+		if got, want := im.max(x), goMax(x); got != want {
 			t.Fatalf("n=%d max %g want %g", n, got, want)
 		}
 		m := goMax(x)
-		s1 := float64(expSumAVX512(x, m))
+		s1 := float64(im.expSum(x, m))
 		s2 := goExpSum(x, m)
 		if math.Abs(s1-s2) > 1e-6*s2 {
 			t.Fatalf("n=%d expsum %g want %g", n, s1, s2)
 		}
 		d1 := make([]float32, n+1)
 		d1[n] = 42
-		s3 := float64(expStoreAVX512(d1, x, m))
+		s3 := float64(im.expStore(d1, x, m))
 		if math.Abs(s3-s2) > 1e-6*s2 || d1[n] != 42 {
 			t.Fatalf("n=%d expstore sum %g want %g (guard %g)", n, s3, s2, d1[n])
+		}
+		if s3 != s1 {
+			t.Fatalf("n=%d expstore sum %g, expsum %g", n, s3, s1)
 		}
 		for i := range x {
 			if u := ulps(d1[i], math.Exp(float64(x[i]-m))); u > 2 && d1[i] > 1e-37 {
 				t.Fatalf("n=%d expstore[%d]=%g", n, i, d1[i])
 			}
 		}
+		// In place, as softmax calls it.
+		d2 := append([]float32(nil), x...)
+		if s4 := im.expStore(d2, d2, m); float64(s4) != s3 {
+			t.Fatalf("n=%d in-place expstore sum %g want %g", n, s4, s3)
+		}
+		for i := range x {
+			if math.Float32bits(d2[i]) != math.Float32bits(d1[i]) {
+				t.Fatalf("n=%d in-place expstore[%d] = %g want %g", n, i, d2[i], d1[i])
+			}
+		}
 		y := append([]float32(nil), x...)
 		y = append(y, 7)
-		scaleAVX512(y[:n], 0.5)
+		im.scale(y[:n], 0.3)
 		for i := range x {
-			if y[i] != x[i]*0.5 {
+			if y[i] != x[i]*0.3 {
 				t.Fatalf("scale")
 			}
 		}
 		if y[n] != 7 {
 			t.Fatal("scale guard")
+		}
+		// max with the maximum in every position, and all equal.
+		for i := range x {
+			z := append([]float32(nil), x...)
+			z[i] = 100
+			if got := im.max(z); got != 100 {
+				t.Fatalf("n=%d max with 100 at %d: %g", n, i, got)
+			}
+		}
+		neg := make([]float32, n)
+		for i := range neg {
+			neg[i] = -5
+		}
+		if got := im.max(neg); got != -5 {
+			t.Fatalf("n=%d max of -5s: %g", n, got)
 		}
 	}
 
@@ -113,7 +206,7 @@ func TestVecAVX512(t *testing.T) {
 			q := randVec(r, hs)
 			k := randVec(r, (n-1)*stride+hs)
 			got, want := make([]float32, n), make([]float32, n)
-			dotsAVX512(got, &q[0], &k[0], stride, hs)
+			im.dots(got, &q[0], &k[0], stride, hs)
 			goDots(want, q, k, stride)
 			for j := range got {
 				if math.Abs(float64(got[j]-want[j])) > 1e-5*(1+math.Abs(float64(want[j]))) {
@@ -123,7 +216,7 @@ func TestVecAVX512(t *testing.T) {
 			p := randVec(r, n)
 			o1, o2 := randVec(r, hs), make([]float32, hs)
 			copy(o2, o1)
-			gemvTAVX512(&o1[0], p, &k[0], stride, hs)
+			im.gemvT(&o1[0], p, &k[0], stride, hs)
 			goGemvT(o2, p, k, stride)
 			for c := range o1 {
 				if math.Abs(float64(o1[c]-o2[c])) > 1e-5*(1+math.Abs(float64(o2[c]))) {
@@ -131,7 +224,7 @@ func TestVecAVX512(t *testing.T) {
 				}
 			}
 			k2 := append([]float32(nil), k...)
-			rank1AVX512(&k[0], stride, p, &q[0], hs)
+			im.rank1(&k[0], stride, p, &q[0], hs)
 			goRank1(k2, stride, p, q)
 			for i := range k {
 				if math.Abs(float64(k[i]-k2[i])) > 1e-6*(1+math.Abs(float64(k2[i]))) {
@@ -139,6 +232,164 @@ func TestVecAVX512(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestVecAVX2MatchesAVX512 checks that the AVX2 primitives compute bit for
+// bit what the AVX-512 ones do (which needs an AVX-512 CPU to run).
+func TestVecAVX2MatchesAVX512(t *testing.T) {
+	d512 := vecDevice(t, "avx512")
+	d2 := vecDevice(t, "avx2")
+	r := rand.New(rand.NewPCG(9, 10))
+	same := func(what string, a, b []float32) {
+		t.Helper()
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: [%d] avx2 %g (%#x) vs avx512 %g (%#x)", what, i, a[i], math.Float32bits(a[i]), b[i], math.Float32bits(b[i]))
+			}
+		}
+	}
+	// exp of a sample of every float32 bit pattern (all exponents, both
+	// signs, subnormals, infinities, NaNs) and of a dense sweep of the
+	// range where exp is neither 0 nor +Inf.
+	var xs []float32
+	for b := uint64(0); b < 1<<32; b += 4093 {
+		xs = append(xs, math.Float32frombits(uint32(b)))
+	}
+	for x := float32(-104.5); x < 89; x += 1.0 / 1024 {
+		xs = append(xs, x, math.Nextafter32(x, 0))
+	}
+	e2, e512 := make([]float32, len(xs)), make([]float32, len(xs))
+	s2 := expStoreAVX2(e2, xs, 0)
+	s512 := expStoreAVX512(e512, xs, 0)
+	for i := range xs {
+		a, b := e2[i], e512[i]
+		if math.Float32bits(a) != math.Float32bits(b) && !(a != a && b != b) {
+			t.Fatalf("exp(%g): avx2 %g (%#x), avx512 %g (%#x)", xs[i], a, math.Float32bits(a), b, math.Float32bits(b))
+		}
+	}
+	if s2 != s512 && !(s2 != s2 && s512 != s512) {
+		t.Fatalf("exp sum over %d values: avx2 %g, avx512 %g", len(xs), s2, s512)
+	}
+	// Row primitives through the devices: every length up to 300 and a
+	// long one, with and without masked (-Inf) entries.
+	for n := 1; n <= 1100; n++ {
+		if n > 300 && n != 1100 {
+			continue
+		}
+		x := randVec(r, n)
+		for i := range x {
+			x[i] *= 4
+			if n%3 == 0 && i%5 == 1 {
+				x[i] = float32(math.Inf(-1))
+			}
+		}
+		m2, m512 := d2.rowMax(x), d512.rowMax(x)
+		if m2 != m512 {
+			t.Fatalf("n=%d max %g vs %g", n, m2, m512)
+		}
+		if a, b := d2.rowExpSum(x, m2), d512.rowExpSum(x, m2); a != b {
+			t.Fatalf("n=%d expsum %g vs %g", n, a, b)
+		}
+		y2, y512 := make([]float32, n), make([]float32, n)
+		a, b := d2.rowExpStore(y2, x, m2), d512.rowExpStore(y512, x, m2)
+		if a != b {
+			t.Fatalf("n=%d expstore sum %g vs %g", n, a, b)
+		}
+		same("expstore", y2, y512)
+		d2.rowScale(y2, float32(1/a))
+		d512.rowScale(y512, float32(1/b))
+		same("scale", y2, y512)
+	}
+	for _, hs := range []int{16, 32, 48, 64, 80, 128, 144, 256} {
+		for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 13, 64, 67} {
+			stride, ld := hs+16, n+3
+			q := randVec(r, 3*(hs+5)+hs)
+			k := randVec(r, (n-1)*stride+hs)
+			p := randVec(r, 3*ld+n)
+			a2, a512 := make([]float32, 3*ld+n), make([]float32, 3*ld+n)
+			d2.dots(a2[:n], q[:hs], k, stride)
+			d512.dots(a512[:n], q[:hs], k, stride)
+			same("dots", a2, a512)
+			d2.dots4(a2, ld, q, hs+5, k, stride, n, hs)
+			d512.dots4(a512, ld, q, hs+5, k, stride, n, hs)
+			same("dots4", a2, a512)
+			o2 := randVec(r, 3*(hs+7)+hs)
+			o512 := append([]float32(nil), o2...)
+			d2.gemvT(o2[:hs], p[:n], k, stride)
+			d512.gemvT(o512[:hs], p[:n], k, stride)
+			same("gemvT", o2, o512)
+			d2.gemvT4(o2, hs+7, p, ld, k, stride, n, hs)
+			d512.gemvT4(o512, hs+7, p, ld, k, stride, n, hs)
+			same("gemvT4", o2, o512)
+			k2 := append([]float32(nil), k...)
+			d2.rank1(k2, stride, p[:n], q[:hs])
+			d512.rank1(k, stride, p[:n], q[:hs])
+			same("rank1", k2, k)
+			d2.rank4(k2, stride, p, ld, q, hs+5, n, hs)
+			d512.rank4(k, stride, p, ld, q, hs+5, n, hs)
+			same("rank4", k2, k)
+		}
+	}
+}
+
+// TestVecISAsAgree runs the kernels built on the vector primitives on the
+// AVX2 and AVX-512 paths and wants bit-identical results.
+func TestVecISAsAgree(t *testing.T) {
+	d512 := vecDevice(t, "avx512")
+	d2 := vecDevice(t, "avx2")
+	r := rand.New(rand.NewPCG(11, 12))
+	same := func(what string, a, b F32) {
+		t.Helper()
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: [%d] avx2 %g vs avx512 %g", what, i, a[i], b[i])
+			}
+		}
+	}
+	randF := func(n int, scale float32) F32 {
+		x := F32(randVec(r, n))
+		for i := range x {
+			x[i] *= scale
+		}
+		return x
+	}
+	for _, hs := range []int{64, 48, 24} {
+		const b, T, nh = 2, 37, 2
+		c := nh * hs
+		qkv, dout := randF(b*T*3*c, 1), randF(b*T*c, 1)
+		mask := make(I32, b*T)
+		for i := range mask {
+			mask[i] = int32(min(1, i%T/3))
+		}
+		var outs [2][3]F32
+		for i, d := range []*Device{d2, d512} {
+			out, att, dqkv := make(F32, b*T*c), make(F32, b*nh*T*T), make(F32, len(qkv))
+			d.AttentionForward(out, att, qkv, mask, b, T, nh, hs)
+			d.AttentionBackward(dqkv, dout, qkv, att, mask, b, T, nh, hs)
+			outs[i] = [3]F32{out, att, dqkv}
+		}
+		for j, what := range []string{"attention out", "attention probs", "attention dqkv"} {
+			same(fmt.Sprintf("hs=%d %s", hs, what), outs[0][j], outs[1][j])
+		}
+	}
+	const n, v = 7, 1003
+	logits := randF(n*v, 3)
+	targets := make(I32, n)
+	for i := range targets {
+		targets[i] = int32(r.IntN(v))
+	}
+	dl := randF(n, 1)
+	var res [2][3]F32
+	for i, d := range []*Device{d2, d512} {
+		sm, loss, dlog := make(F32, n*v), make(F32, n), make(F32, n*v)
+		d.SoftmaxForward(sm, logits, n, v)
+		d.CrossEntropyForward(loss, logits, targets, n, v, -100)
+		d.CrossEntropyBackward(dlog, dl, logits, targets, n, v, -100)
+		res[i] = [3]F32{sm, loss, dlog}
+	}
+	for j, what := range []string{"softmax", "cross-entropy loss", "cross-entropy grad"} {
+		same(what, res[0][j], res[1][j])
 	}
 }
 
@@ -154,16 +405,12 @@ func randVec(r *rand.Rand, n int) []float32 {
 // four-row primitives give bit-identical results to the one-row ones, and
 // (within tolerance) to the portable Go code, for every head size shape.
 func TestVec4Bitwise(t *testing.T) {
-	if !haveVecAsm || bestISA() != isaAVX512 {
-		t.Skip("no AVX-512")
+	for _, isa := range []string{"avx512", "avx2"} {
+		t.Run(isa, func(t *testing.T) { testVec4Bitwise(t, vecDevice(t, isa)) })
 	}
-	d, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !d.useAVX512() {
-		t.Skip("no AVX-512VL")
-	}
+}
+
+func testVec4Bitwise(t *testing.T, d *Device) {
 	r := rand.New(rand.NewPCG(5, 6))
 	same := func(what string, a, b []float32) {
 		t.Helper()
@@ -210,6 +457,26 @@ func TestVec4Bitwise(t *testing.T) {
 				d.rank1(dref, stride, p[row*ld:row*ld+n], q[row*(hs+5):row*(hs+5)+hs])
 			}
 			same("rank4", dst, dref)
+		}
+	}
+}
+
+// BenchmarkVecExpSum compares the exp-sum of one vocabulary-sized row (as
+// in cross-entropy) and one attention row on each code path.
+func BenchmarkVecExpSum(b *testing.B) {
+	for _, n := range []int{50272, 1000} {
+		x := randVec(rand.New(rand.NewPCG(1, uint64(n))), n)
+		m := goMax(x)
+		for _, isa := range []string{"avx512", "avx2", "generic"} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, isa), func(b *testing.B) {
+				d := vecDevice(b, isa)
+				var s float64
+				for b.Loop() {
+					s += d.rowExpSum(x, m)
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gexp/s")
+				_ = s
+			})
 		}
 	}
 }

@@ -49,6 +49,9 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	}
 	c, d, p, gr := m.Config, m.Dev, m.Params, m.Grads
 	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
+	if m.FreezeBase { // only the value head's gradient; nil views are skipped
+		gr = &Params{VHead: gr.VHead, Layers: make([]LayerParams, c.NumLayers)}
+	}
 
 	// Head, reversed: value head and lm_head into dy.
 	d.Zero(a.dy)
@@ -93,10 +96,13 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 		if a.opts.Checkpoint {
 			m.layerForward(a, l) // recompute this layer's activations
 		}
-		m.layerBackward(a, l)
+		m.layerBackward(a, &gr.Layers[l], l)
 	}
 
 	// Embeddings, reversed.
+	if m.FreezeBase {
+		return nil
+	}
 	d.EmbeddingBackward(gr.EmbedPos, a.dA, a.pos, N, H)
 	if c.HasProjections() {
 		d.MatmulBackward(a.demb, gr.ProjectIn, nil, a.dA, a.emb, p.ProjectIn, N, P, H)
@@ -107,10 +113,10 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	return nil
 }
 
-// layerBackward is layerForward reversed. On entry a.dA holds the gradient of
-// the layer's output; on return, of its input.
-func (m *Model) layerBackward(a *Acts, l int) {
-	c, d, w, gw, la := m.Config, m.Dev, &m.Params.Layers[l], &m.Grads.Layers[l], a.layer(l)
+// layerBackward is layerForward reversed, accumulating into gw. On entry a.dA
+// holds the gradient of the layer's output; on return, of its input.
+func (m *Model) layerBackward(a *Acts, gw *LayerParams, l int) {
+	c, d, w, la := m.Config, m.Dev, &m.Params.Layers[l], a.layer(l)
 	B, T, N, H, F := a.B, a.T, a.B*a.T, c.HiddenSize, c.FFNDim
 	r := a.resid[l]
 	mask := a.maskBuf()
@@ -125,15 +131,15 @@ func (m *Model) layerBackward(a *Acts, l int) {
 	if c.DoLayerNormBefore {
 		// out = s1 + fc2o
 		dfc2o := undrop(a.dC, a.dA, la.drop2)
-		d.MatmulBackward(a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
+		m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
 		m.activationBackward(a.dfch, a.dfch, la, N*F)
-		d.MatmulBackward(a.dB, gw.FC1W, gw.FC1B, a.dfch, la.ln2, w.FC1W, N, H, F)
+		m.linearBackward(l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, la.ln2, w.FC1W, N, H, F)
 		d.LayerNormBackward(a.dA, gw.FFNLNW, gw.FFNLNB, a.dB, la.s1, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
 		// s1 = r + attnOut
 		dattn := undrop(a.dC, a.dA, la.drop1)
-		d.MatmulBackward(a.dB, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
+		m.linearBackward(l, SiteOut, a.dB, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
 		d.AttentionBackward(a.dqkv, a.dB, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
-		d.MatmulBackward(a.dB, gw.QKVW, gw.QKVB, a.dqkv, la.ln1, w.QKVW, N, H, 3*H)
+		m.linearBackward(l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, la.ln1, w.QKVW, N, H, 3*H)
 		d.LayerNormBackward(a.dA, gw.AttnLNW, gw.AttnLNB, a.dB, r, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
 		return
 	}
@@ -143,17 +149,17 @@ func (m *Model) layerBackward(a *Acts, l int) {
 	d.LayerNormBackward(a.dB, gw.FFNLNW, gw.FFNLNB, a.dA, la.s2, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
 	// s2 = ln1 + fc2o
 	dfc2o := undrop(a.dC, a.dB, la.drop2)
-	d.MatmulBackward(a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
+	m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
 	m.activationBackward(a.dfch, a.dfch, la, N*F)
-	d.MatmulBackward(a.dA, gw.FC1W, gw.FC1B, a.dfch, la.ln1, w.FC1W, N, H, F)
+	m.linearBackward(l, SiteFC1, a.dA, gw.FC1W, gw.FC1B, a.dfch, la.ln1, w.FC1W, N, H, F)
 	d.Add(a.dA, a.dA, a.dB, N*H)
 	// ln1 = LN1(s1)
 	d.Zero(a.dB)
 	d.LayerNormBackward(a.dB, gw.AttnLNW, gw.AttnLNB, a.dA, la.s1, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
 	// s1 = r + attnOut
 	dattn := undrop(a.dC, a.dB, la.drop1)
-	d.MatmulBackward(a.dA, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
+	m.linearBackward(l, SiteOut, a.dA, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
 	d.AttentionBackward(a.dqkv, a.dA, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
-	d.MatmulBackward(a.dA, gw.QKVW, gw.QKVB, a.dqkv, r, w.QKVW, N, H, 3*H)
+	m.linearBackward(l, SiteQKV, a.dA, gw.QKVW, gw.QKVB, a.dqkv, r, w.QKVW, N, H, 3*H)
 	d.Add(a.dA, a.dA, a.dB, N*H)
 }

@@ -175,9 +175,9 @@ func (m *Model) layerDecode(kc *Cache, l int, x, h, ln, tmp, qkv, fch, mean, rst
 		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
 		attnIn = ln
 	}
-	d.MatmulForward(qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
+	m.linearForward(l, SiteQKV, qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
 	d.AttentionDecode(h, qkv, kc.k[l], kc.v[l], kc.mask, B, tn, t0, kc.Tmax, c.NumHeads, c.HeadSize())
-	d.MatmulForward(tmp, h, w.OutW, w.OutB, N, H, H)
+	m.linearForward(l, SiteOut, tmp, h, w.OutW, w.OutB, N, H, H)
 	d.Add(x, x, tmp, N*H) // s1
 	ffnIn := ln
 	if c.DoLayerNormBefore {
@@ -185,9 +185,9 @@ func (m *Model) layerDecode(kc *Cache, l int, x, h, ln, tmp, qkv, fch, mean, rst
 	} else {
 		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
 	}
-	d.MatmulForward(fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
+	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
 	m.activationForward(fch, fch, N*F)
-	d.MatmulForward(tmp, fch, w.FC2W, w.FC2B, N, F, H)
+	m.linearForward(l, SiteFC2, tmp, fch, w.FC2W, w.FC2B, N, F, H)
 	if c.DoLayerNormBefore {
 		d.Add(x, x, tmp, N*H)
 		return

@@ -188,9 +188,9 @@ func (m *Model) layerForward(a *Acts, l int) {
 		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
 		attnIn = la.ln1
 	}
-	d.MatmulForward(la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
+	m.linearForward(l, SiteQKV, la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
 	d.AttentionForward(la.atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
-	d.MatmulForward(la.attnOut, la.atty, w.OutW, w.OutB, N, H, H)
+	m.linearForward(l, SiteOut, la.attnOut, la.atty, w.OutW, w.OutB, N, H, H)
 	dropout(la.attnOut, la.drop1, 0)
 	d.Add(la.s1, r, la.attnOut, N*H)
 
@@ -201,9 +201,9 @@ func (m *Model) layerForward(a *Acts, l int) {
 	} else {
 		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
 	}
-	d.MatmulForward(la.fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
+	m.linearForward(l, SiteFC1, la.fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
 	m.activationForward(la.fchAct, la.fch, N*F)
-	d.MatmulForward(la.fc2o, la.fchAct, w.FC2W, w.FC2B, N, F, H)
+	m.linearForward(l, SiteFC2, la.fc2o, la.fchAct, w.FC2W, w.FC2B, N, F, H)
 	dropout(la.fc2o, la.drop2, 1)
 	if c.DoLayerNormBefore {
 		d.Add(out, la.s1, la.fc2o, N*H)

@@ -35,9 +35,14 @@ type Model struct {
 	Params *Params
 	// Grads has the layout of Params; nil until AllocGrads.
 	Grads *Params
+	// FreezeBase skips the gradients of the base weights in Backward (LoRA
+	// with only the adapters trained); the value head still gets its
+	// gradient, and input gradients still flow.
+	FreezeBase bool
 
-	opts  Options
-	specs []paramSpec
+	opts    Options
+	specs   []paramSpec
+	adapter Adapter
 }
 
 // New returns a model with zeroed weights on dev.

@@ -1,0 +1,188 @@
+// Package lora implements LoRA adapters the DeepSpeed-Chat way (REFERENCE.md
+// §6): every decoder-layer linear layer whose module name contains the
+// pattern gets y = x·Wᵀ + b + (x·right)·left·scaling with right [in,r]
+// (Kaiming-uniform), left [r,out] (zeros), scaling = lora_scaling/r, the base
+// weights frozen. Adapters plug into model.Model as a model.Adapter; Fuse
+// writes W + scaling·(right·left)ᵀ into a parameter buffer, which is how a
+// fused Hugging Face checkpoint and the hybrid engine's inference workspace
+// are made. LoRA dropout is not implemented (DeepSpeed-Chat's default is 0).
+package lora
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/model"
+)
+
+// Config selects and sizes the adapters.
+type Config struct {
+	// Dim is the rank r (--lora-dim); 0 disables LoRA.
+	Dim int
+	// Scaling is lora_scaling; the term is multiplied by Scaling/Dim.
+	// 0 means DeepSpeed-Chat's default 1.
+	Scaling float64
+	// ModuleName selects linear layers whose Hugging Face module name
+	// (e.g. "model.decoder.layers.3.self_attn.q_proj") contains it
+	// (--lora-module-name; default "decoder.layers.").
+	ModuleName string
+}
+
+// part is the adapter of one Hugging Face linear layer. Within its site's
+// output it owns columns [col, col+out).
+type part struct {
+	name          string // e.g. "layers.3.self_attn.q_proj"
+	col, in, out  int
+	right, left   kernels.Buffer // [in,r], [r,out]
+	dright, dleft kernels.Buffer
+	u             kernels.Buffer // [N,r] saved x·right
+}
+
+// LoRA holds the adapters of one model in two flat buffers (parameters and
+// gradients). It implements model.Adapter.
+type LoRA struct {
+	cfg          Config
+	dev          kernels.Device
+	scale        float32
+	Params       kernels.Buffer // every right and left matrix
+	Grads        kernels.Buffer
+	sites        [][model.NumSites][]*part // [layer][site]
+	siteOut      [model.NumSites]int       // total output columns of each site
+	du           kernels.Buffer            // [N,r] scratch
+	names        []string
+	baseRange    map[string][2]int // part name -> offset, size of its base weight in the model buffer
+	numAdapted   int
+	modelBuffers int
+}
+
+var _ model.Adapter = (*LoRA)(nil)
+
+// New creates adapters for the linear layers of m that cfg selects,
+// initialised as DeepSpeed-Chat does (right ~ U(-1/√r, 1/√r), left = 0)
+// from seed. It is an error when the pattern matches nothing.
+func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
+	if cfg.Dim <= 0 {
+		return nil, fmt.Errorf("lora: dimension must be > 0, got %d", cfg.Dim)
+	}
+	if cfg.Scaling == 0 {
+		cfg.Scaling = 1
+	}
+	if cfg.ModuleName == "" {
+		cfg.ModuleName = "decoder.layers."
+	}
+	c, d, r := m.Config, m.Dev, cfg.Dim
+	lo := &LoRA{cfg: cfg, dev: d, scale: float32(cfg.Scaling / float64(r)), baseRange: map[string][2]int{}}
+	lo.sites = make([][model.NumSites][]*part, c.NumLayers)
+	total := 0
+	for l := range c.NumLayers {
+		for s := range model.NumSites {
+			names, in, out := c.Linears(s)
+			lo.siteOut[s] = out * len(names)
+			for j, n := range names {
+				short := fmt.Sprintf("layers.%d.%s", l, n)
+				if !strings.Contains("model.decoder."+short, cfg.ModuleName) {
+					continue
+				}
+				off, _, ok := m.ParamRange(short + ".weight")
+				if !ok {
+					return nil, fmt.Errorf("lora: model has no %s.weight", short)
+				}
+				lo.baseRange[short] = [2]int{off, in * out}
+				lo.sites[l][s] = append(lo.sites[l][s], &part{name: short, col: j * out, in: in, out: out})
+				lo.names = append(lo.names, short)
+				total += (in + out) * r
+			}
+		}
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like model.decoder.layers.0.self_attn.q_proj, model.decoder.layers.0.fc1)", cfg.ModuleName)
+	}
+	lo.Params, lo.Grads = d.Alloc(kernels.F32, total), d.Alloc(kernels.F32, total)
+	host := make([]float32, total)
+	rng := rand.New(rand.NewPCG(seed, 0x6C6F7261))
+	bound := 1 / math.Sqrt(float64(r))
+	off := 0
+	for _, layer := range lo.sites {
+		for _, parts := range layer {
+			for _, p := range parts {
+				nr, nl := p.in*r, r*p.out
+				for i := range nr {
+					host[off+i] = float32((rng.Float64()*2 - 1) * bound)
+				}
+				p.right, p.dright = lo.Params.Slice(off, nr), lo.Grads.Slice(off, nr)
+				p.left, p.dleft = lo.Params.Slice(off+nr, nl), lo.Grads.Slice(off+nr, nl)
+				off += nr + nl
+			}
+		}
+	}
+	d.WriteF32(lo.Params, host)
+	return lo, nil
+}
+
+// Adapted lists the adapted layers' names (e.g. "layers.0.self_attn.q_proj").
+func (lo *LoRA) Adapted() []string { return lo.names }
+
+// NumParams is the number of adapter parameters.
+func (lo *LoRA) NumParams() int { return lo.Params.Len() }
+
+// ZeroGrads zeroes the adapter gradients.
+func (lo *LoRA) ZeroGrads() { lo.dev.Zero(lo.Grads) }
+
+// saved returns p's [n,r] buffer for x·right, grown as needed.
+func (lo *LoRA) saved(p *part, n int) kernels.Buffer {
+	r := lo.cfg.Dim
+	if p.u == nil || p.u.Len() < n*r {
+		p.u = lo.dev.Alloc(kernels.F32, n*r)
+	}
+	return p.u.Slice(0, n*r)
+}
+
+// LinearForward implements model.Adapter: for each adapted part,
+// u = x·right and out[:, col:col+out] += scaling·u·left.
+func (lo *LoRA) LinearForward(l int, s model.Site, out, inp kernels.Buffer, n int) {
+	r, oc := lo.cfg.Dim, lo.siteOut[s]
+	for _, p := range lo.sites[l][s] {
+		u := lo.saved(p, n)
+		lo.dev.Gemm(false, false, n, r, p.in, 1, inp, p.in, p.right, r, 0, u, r)
+		lo.dev.Gemm(false, false, n, p.out, r, lo.scale, u, r, p.left, p.out, 1, out.Slice(p.col, out.Len()-p.col), oc)
+	}
+}
+
+// LinearBackward implements model.Adapter:
+//
+//	dleft += scaling·uᵀ·dout_p, du = scaling·dout_p·leftᵀ,
+//	dright += xᵀ·du, dinp += du·rightᵀ.
+func (lo *LoRA) LinearBackward(l int, s model.Site, dinp, dout, inp kernels.Buffer, n int) {
+	r, oc := lo.cfg.Dim, lo.siteOut[s]
+	if lo.du == nil || lo.du.Len() < n*r {
+		lo.du = lo.dev.Alloc(kernels.F32, n*r)
+	}
+	du := lo.du.Slice(0, n*r)
+	for _, p := range lo.sites[l][s] {
+		u := lo.saved(p, n)
+		dp := dout.Slice(p.col, dout.Len()-p.col)
+		lo.dev.Gemm(true, false, r, p.out, n, lo.scale, u, r, dp, oc, 1, p.dleft, p.out)
+		lo.dev.Gemm(false, true, n, r, p.out, lo.scale, dp, oc, p.left, p.out, 0, du, r)
+		lo.dev.Gemm(true, false, p.in, r, n, 1, inp, p.in, du, r, 1, p.dright, r)
+		lo.dev.Gemm(false, true, n, p.in, r, 1, du, r, p.right, r, 1, dinp, p.in)
+	}
+}
+
+// Fuse adds every adapter's term to its base weight in dst, a buffer with
+// the model's parameter layout (a copy of the base parameters):
+// W += scaling·leftᵀ·rightᵀ ([out,in]).
+func (lo *LoRA) Fuse(dst kernels.Buffer) {
+	r := lo.cfg.Dim
+	for _, layer := range lo.sites {
+		for _, parts := range layer {
+			for _, p := range parts {
+				br := lo.baseRange[p.name]
+				w := dst.Slice(br[0], br[1])
+				lo.dev.Gemm(true, true, p.out, p.in, r, lo.scale, p.left, p.out, p.right, r, 1, w, p.in)
+			}
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package lora
+
+import (
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/model"
+)
+
+func load(t *testing.T, name string) *model.Model {
+	t.Helper()
+	dev, err := cpu.New(cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func batch(m *model.Model, b, tt int, seed uint64) model.Batch {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ids, mask := make([]int32, b*tt), make([]int32, b*tt)
+	for i := range ids {
+		ids[i] = int32(3 + rng.IntN(m.Config.VocabSize-3))
+		mask[i] = 1
+	}
+	for j := 0; j < 2; j++ { // left-pad row 0
+		ids[j], mask[j] = int32(m.Config.PadTokenID), 0
+	}
+	labels := slices.Clone(ids)
+	for i := range labels {
+		if mask[i] == 0 {
+			labels[i] = model.IgnoreIndex
+		}
+	}
+	return model.Batch{IDs: ids, Mask: mask, Targets: model.ShiftLabels(labels, b, tt)}
+}
+
+func randomize(lo *LoRA, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	h := make([]float32, lo.NumParams())
+	for i := range h {
+		h[i] = float32(rng.NormFloat64() * 0.3)
+	}
+	lo.dev.WriteF32(lo.Params, h)
+}
+
+func lossOf(t *testing.T, m *model.Model, b model.Batch, bs, tt int) (float32, []float32) {
+	t.Helper()
+	a := m.NewActs(bs, tt, model.ActsOptions{})
+	if err := m.Forward(a, b); err != nil {
+		t.Fatal(err)
+	}
+	l, _, _ := m.MeanLoss(a)
+	logits, _ := m.Logits(a)
+	return l, logits
+}
+
+func TestSelection(t *testing.T) {
+	m := load(t, "preln")
+	for _, c := range []struct {
+		pattern string
+		want    int
+	}{
+		{"", 12}, {"decoder.layers.", 12}, {"q_proj", 2}, {"layers.1.self_attn", 4}, {"fc", 4},
+	} {
+		lo, err := New(m, Config{Dim: 4, ModuleName: c.pattern}, 1)
+		if err != nil {
+			t.Fatalf("%q: %v", c.pattern, err)
+		}
+		if len(lo.Adapted()) != c.want {
+			t.Errorf("%q adapts %v, want %d layers", c.pattern, lo.Adapted(), c.want)
+		}
+	}
+	if _, err := New(m, Config{Dim: 4, ModuleName: "mlp.dense"}, 1); err == nil || !strings.Contains(err.Error(), "matches no linear layer") {
+		t.Errorf("pattern matching nothing: %v", err)
+	}
+}
+
+func TestZeroInitChangesNothingAndFuseMatches(t *testing.T) {
+	for _, name := range []string{"preln", "postln"} {
+		m := load(t, name)
+		b := batch(m, 2, 6, 1)
+		_, base := lossOf(t, m, b, 2, 6)
+		lo, err := New(m, Config{Dim: 3, ModuleName: "decoder.layers."}, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SetAdapter(lo)
+		_, got := lossOf(t, m, b, 2, 6)
+		if !slices.Equal(base, got) {
+			t.Errorf("%s: zero-initialised LoRA changed the logits", name)
+		}
+		randomize(lo, 3)
+		_, adapted := lossOf(t, m, b, 2, 6)
+		// Fused weights in a copy, no adapter: the same function.
+		saved := m.Dev.Alloc(kernels.F32, m.NumParams())
+		m.Dev.Copy(saved, m.Params.Flat)
+		lo.Fuse(m.Params.Flat)
+		m.SetAdapter(nil)
+		_, fused := lossOf(t, m, b, 2, 6)
+		var maxDiff, maxRef float64
+		for i := range fused {
+			maxDiff = math.Max(maxDiff, math.Abs(float64(fused[i]-adapted[i])))
+			maxRef = math.Max(maxRef, math.Abs(float64(adapted[i])))
+		}
+		if maxDiff > 1e-5*maxRef {
+			t.Errorf("%s: fused logits differ from adapter logits by %g (scale %g)", name, maxDiff, maxRef)
+		}
+		if slices.Equal(adapted, base) {
+			t.Errorf("%s: random LoRA weights had no effect", name)
+		}
+		m.Dev.Copy(m.Params.Flat, saved)
+	}
+}
+
+// TestGradients checks the adapter gradients (and the frozen base) with
+// directional finite differences of the mean loss in float32.
+func TestGradients(t *testing.T) {
+	for _, name := range []string{"preln", "postln"} {
+		m := load(t, name)
+		b := batch(m, 2, 6, 2)
+		lo, err := New(m, Config{Dim: 4, Scaling: 2}, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		randomize(lo, 4)
+		m.SetAdapter(lo)
+		m.FreezeBase = true
+		m.AllocGrads()
+		m.ZeroGrads()
+		lo.ZeroGrads()
+		a := m.NewActs(2, 6, model.ActsOptions{Train: true, Checkpoint: name == "postln"})
+		if err := m.Forward(a, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(a, m.MeanLossGrad(a)); err != nil {
+			t.Fatal(err)
+		}
+		g := make([]float32, lo.NumParams())
+		lo.dev.ReadF32(g, lo.Grads)
+		base := make([]float32, m.NumParams())
+		m.Dev.ReadF32(base, m.Grads.Flat)
+		for i, x := range base {
+			if x != 0 {
+				t.Fatalf("%s: frozen base got gradient %v at %d", name, x, i)
+			}
+		}
+		p0 := make([]float32, lo.NumParams())
+		lo.dev.ReadF32(p0, lo.Params)
+		rng := rand.New(rand.NewPCG(9, 9))
+		for trial := range 3 {
+			v := make([]float32, len(p0)) // a random unit direction
+			var norm, gv float64
+			for i := range v {
+				v[i] = float32(rng.NormFloat64())
+				norm += float64(v[i]) * float64(v[i])
+			}
+			for i := range v {
+				v[i] /= float32(math.Sqrt(norm))
+				gv += float64(v[i]) * float64(g[i])
+			}
+			const h = 5e-3
+			at := func(s float32) float64 {
+				p := make([]float32, len(p0))
+				for i := range p {
+					p[i] = p0[i] + s*v[i]
+				}
+				lo.dev.WriteF32(lo.Params, p)
+				l, _ := lossOf(t, m, b, 2, 6)
+				return float64(l)
+			}
+			fd := (at(h) - at(-h)) / (2 * h)
+			if math.Abs(fd-gv) > 5e-4+1e-2*math.Abs(gv) { // float32 loss: FD noise ~3e-4
+				t.Errorf("%s trial %d: directional derivative %v, finite difference %v", name, trial, gv, fd)
+			}
+		}
+		lo.dev.WriteF32(lo.Params, p0)
+	}
+}

@@ -1,0 +1,82 @@
+package train
+
+import (
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+)
+
+// ParamOptions choose what of a model is trained and how.
+type ParamOptions struct {
+	LR          float64 // base learning rate of the model's weights
+	WeightDecay float64
+	// LoRA, when not nil, adds its adapters as a group with LoRALR and the
+	// model's weight decay (DeepSpeed-Chat decays the adapter weights).
+	LoRA   *lora.LoRA
+	LoRALR float64
+	// OnlyLoRA trains only the adapters (and the value head, if any); the
+	// base weights are frozen and get no gradients.
+	OnlyLoRA bool
+}
+
+// ModelTrainable builds the optimizer groups, gradient list and checkpoint
+// state of a model (and its LoRA adapters): DeepSpeed-Chat's
+// get_optimizer_grouped_parameters, with weight decay off for biases and
+// LayerNorm weights and the adapters at their own learning rate. It
+// allocates the model's gradients and sets FreezeBase for OnlyLoRA.
+func ModelTrainable(m *model.Model, o ParamOptions) Trainable {
+	m.AllocGrads()
+	m.FreezeBase = o.OnlyLoRA && o.LoRA != nil
+	decay := optim.Group{Name: "decay", LR: o.LR, WeightDecay: o.WeightDecay}
+	noDecay := optim.Group{Name: "no_decay", LR: o.LR}
+	// Consecutive parameters of the same group form one segment.
+	var cur *optim.Group
+	start, end := 0, 0
+	flush := func() {
+		if cur != nil && end > start {
+			cur.Segments = append(cur.Segments, optim.Segment{
+				Name: cur.Name, Params: m.Params.Flat.Slice(start, end-start), Grads: m.Grads.Flat.Slice(start, end-start)})
+		}
+	}
+	for _, name := range m.ParamNames() {
+		off, shape, _ := m.ParamRange(name)
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		if m.FreezeBase && name != "v_head.weight" {
+			continue
+		}
+		g := &decay
+		if optim.NoDecay(name) {
+			g = &noDecay
+		}
+		if g != cur || off != end {
+			flush()
+			cur, start = g, off
+		}
+		end = off + n
+	}
+	flush()
+	tr := Trainable{State: map[string]kernels.Buffer{"model": m.Params.Flat}}
+	for _, g := range []optim.Group{decay, noDecay} {
+		if len(g.Segments) > 0 {
+			tr.Groups = append(tr.Groups, g)
+		}
+	}
+	if m.FreezeBase {
+		if m.Grads.VHead != nil {
+			tr.Grads = append(tr.Grads, m.Grads.VHead)
+		}
+	} else {
+		tr.Grads = append(tr.Grads, m.Grads.Flat)
+	}
+	if o.LoRA != nil {
+		tr.Groups = append(tr.Groups, optim.Group{Name: "lora", LR: o.LoRALR, WeightDecay: o.WeightDecay,
+			Segments: []optim.Segment{{Name: "lora", Params: o.LoRA.Params, Grads: o.LoRA.Grads}}})
+		tr.Grads = append(tr.Grads, o.LoRA.Grads)
+		tr.State["lora"] = o.LoRA.Params
+	}
+	return tr
+}

@@ -1,0 +1,585 @@
+package data
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+)
+
+// Phase is a DeepSpeed-Chat training step; each step reads only its own
+// slice of every dataset (see Split).
+type Phase int
+
+// Phases.
+const (
+	PhaseSFT    Phase = 1 // step 1: prompt + chosen, supervised fine-tuning
+	PhaseReward Phase = 2 // step 2: chosen and rejected sequences, reward model
+	PhasePPO    Phase = 3 // step 3: prompts only, RLHF with PPO
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseSFT:
+		return "sft"
+	case PhaseReward:
+		return "reward"
+	case PhasePPO:
+		return "ppo"
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// roles returns the sample parts a phase needs.
+func (p Phase) roles() Role {
+	switch p {
+	case PhaseSFT:
+		return RolePrompt | RoleChosen
+	case PhaseReward:
+		return RolePrompt | RoleChosen | RoleRejected
+	}
+	return RolePrompt
+}
+
+// DefaultEndText is the end-of-conversation text DeepSpeed-Chat appends to
+// both sequences of a reward pair. For OPT it is not a special token: it
+// tokenizes to seven ordinary tokens.
+const DefaultEndText = "<|endoftext|>"
+
+// IgnoreIndex marks a label that takes no loss (Hugging Face's -100; the
+// same value as model.IgnoreIndex).
+const IgnoreIndex = -100
+
+// Tokenizer is what data needs from a tokenizer: the ids Hugging Face's
+// tokenizer(text)["input_ids"] gives, that is with the BOS token prepended
+// when the tokenizer adds one (OPT: add_bos_token) and no EOS appended.
+type Tokenizer interface {
+	Encode(text string) []int32
+}
+
+// BatchEncoder is an optional faster path a Tokenizer may offer: Encode for
+// many texts, in order (typically in parallel).
+type BatchEncoder interface {
+	EncodeBatch(texts []string) [][]int32
+}
+
+// Options configure how examples are built and cached.
+type Options struct {
+	// Split is the --data-split proportions of phases 1, 2 and 3; nil means
+	// 2,4,4. It must have three parts.
+	Split Split
+	// Seed seeds the phase split and the blend shuffle (numpy RandomState
+	// semantics; DeepSpeed-Chat's default is 1234).
+	Seed uint32
+	// MaxSeqLen is the sequence length T of phases 1 and 2; longer
+	// sequences are truncated on the right.
+	MaxSeqLen int
+	// MaxPromptLen is the prompt length of phase 3; longer prompts are
+	// dropped and counted.
+	MaxPromptLen int
+	// MaxAnswerLen is the answer length of phase 3; unsupervised blocks are
+	// MaxPromptLen+MaxAnswerLen tokens.
+	MaxAnswerLen int
+	// AddEOS appends EOS after prompt+chosen in phase 1 (REFERENCE §3:
+	// "+ EOS when --add_eot_token"). Recent DeepSpeed-Chat step-1 scripts
+	// always append tokenizer.eos_token; set it to match them.
+	AddEOS bool
+	// EndText is appended to both texts of a phase-2 pair before
+	// tokenization; DeepSpeed-Chat uses DefaultEndText.
+	EndText string
+	// EOS and PAD are the tokenizer's end-of-sequence and padding ids.
+	EOS, PAD int32
+	// Tokenizer encodes texts; required.
+	Tokenizer Tokenizer
+	// TokenizerID fingerprints the tokenizer (for example a hash of its
+	// files, see HashFiles) for the cache key; "" disables the cache.
+	TokenizerID string
+	// CacheDir holds the tokenized Arrow IPC cache; "" disables it.
+	CacheDir string
+	// SkipMalformed counts malformed rows (a cell of the wrong type, invalid
+	// UTF-8, a missing key, a bad JSON line) and drops them instead of
+	// failing on the first.
+	SkipMalformed bool
+}
+
+func (o *Options) split() Split {
+	if o.Split == nil {
+		return Split{2, 4, 4}
+	}
+	return o.Split
+}
+
+func (o *Options) check(p Phase) error {
+	if p < PhaseSFT || p > PhasePPO {
+		return fmt.Errorf("data: phase %d, want 1, 2 or 3", int(p))
+	}
+	if o.Tokenizer == nil {
+		return fmt.Errorf("data: no tokenizer")
+	}
+	if s := o.split(); len(s) != 3 {
+		return fmt.Errorf("data: split %s has %d parts, want 3 (one per phase)", s, len(s))
+	}
+	if p != PhasePPO && o.MaxSeqLen < 1 {
+		return fmt.Errorf("data: max sequence length %d, want >= 1", o.MaxSeqLen)
+	}
+	if p == PhasePPO && o.MaxPromptLen < 1 {
+		return fmt.Errorf("data: max prompt length %d, want >= 1", o.MaxPromptLen)
+	}
+	return nil
+}
+
+// Example is one tokenized training example, unpadded (Collator pads it).
+type Example struct {
+	// IDs: phase 1, prompt+chosen (+EOS) truncated to MaxSeqLen; phase 2,
+	// the chosen sequence prompt+chosen+EndText truncated to MaxSeqLen;
+	// phase 3, the prompt (at most MaxPromptLen tokens); unsupervised, one
+	// block. All start with BOS when the tokenizer adds one.
+	IDs []int32
+	// Rejected is phase 2's prompt+rejected+EndText, truncated.
+	Rejected []int32
+	// PromptLen (phase 1) is how many leading IDs belong to the prompt: the
+	// common prefix of the prompt's own encoding and IDs.
+	PromptLen int
+	// Row is the 0-based index of the source row in its raw split (files in
+	// order); -1 for unsupervised blocks.
+	Row int64
+	// Dataset is the index of the source dataset in a blend.
+	Dataset int
+}
+
+// Stats count what happened to the rows of one dataset part in one phase.
+type Stats struct {
+	Dataset string `json:"dataset"`
+	Part    string `json:"part"`
+	Phase   int    `json:"phase"`
+	// Rows is the number of rows of the part (after the 9:1 train/eval cut
+	// for train-only datasets); Selected those in this phase's slice.
+	Rows     int64 `json:"rows"`
+	Selected int64 `json:"selected"`
+	// Kept examples; dropped rows by reason: a null cell the phase needs,
+	// malformed (SkipMalformed), a phase-3 prompt over MaxPromptLen.
+	Kept      int64 `json:"kept"`
+	Empty     int64 `json:"empty"`
+	Malformed int64 `json:"malformed"`
+	TooLong   int64 `json:"too_long"`
+	// Truncated counts kept phase 1-2 examples cut at MaxSeqLen.
+	Truncated int64 `json:"truncated"`
+	// Errors holds the first few malformed-row messages.
+	Errors []string `json:"errors,omitempty"`
+	// Cached is true when the examples came from the cache.
+	Cached bool `json:"-"`
+}
+
+// maxErrors is how many malformed-row messages Stats keep.
+const maxErrors = 5
+
+// Set is the examples of one phase, in order.
+type Set struct {
+	Phase    Phase
+	Examples []Example
+	// Stats has one entry per dataset (and SFT-only dataset) in the set.
+	Stats []Stats
+}
+
+// encodeChunk is the number of samples tokenized together.
+const encodeChunk = 512
+
+func encodeAll(tok Tokenizer, texts []string) ([][]int32, error) {
+	if b, ok := tok.(BatchEncoder); ok {
+		out := b.EncodeBatch(texts)
+		if len(out) != len(texts) {
+			return nil, fmt.Errorf("data: tokenizer returned %d encodings for %d texts", len(out), len(texts))
+		}
+		return out, nil
+	}
+	out := make([][]int32, len(texts))
+	for i, t := range texts {
+		out[i] = tok.Encode(t)
+	}
+	return out, nil
+}
+
+// phaseTexts returns the texts a phase tokenizes for one sample.
+func phaseTexts(p Phase, s *Sample, o *Options) []string {
+	switch p {
+	case PhaseSFT:
+		return []string{s.PromptChosen, s.Prompt}
+	case PhaseReward:
+		return []string{s.PromptChosen + o.EndText, s.PromptRejected + o.EndText}
+	}
+	return []string{s.Prompt}
+}
+
+// truncate returns ids cut to n tokens, copied so the tail is not kept alive.
+func truncate(ids []int32, n int) ([]int32, bool) {
+	if len(ids) <= n {
+		return ids, false
+	}
+	return append([]int32(nil), ids[:n]...), true
+}
+
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// buildExample makes a phase's example from the encodings of phaseTexts.
+// keep is false for a phase-3 prompt longer than MaxPromptLen.
+func buildExample(p Phase, enc [][]int32, o *Options) (ex Example, keep, truncated bool) {
+	switch p {
+	case PhaseSFT:
+		ids := enc[0]
+		if o.AddEOS {
+			ids = append(ids[:len(ids):len(ids)], o.EOS)
+		}
+		ids, truncated = truncate(ids, o.MaxSeqLen)
+		return Example{IDs: ids, PromptLen: commonPrefix(enc[1], ids)}, true, truncated
+	case PhaseReward:
+		c, tc := truncate(enc[0], o.MaxSeqLen)
+		r, tr := truncate(enc[1], o.MaxSeqLen)
+		return Example{IDs: c, Rejected: r}, true, tc || tr
+	}
+	if len(enc[0]) > o.MaxPromptLen {
+		return Example{}, false, false
+	}
+	return Example{IDs: enc[0]}, true, false
+}
+
+// NewExample tokenizes one sample for a phase with the semantics of Build.
+// keep is false when a phase-3 prompt is longer than MaxPromptLen.
+func NewExample(s Sample, p Phase, o Options) (ex Example, keep bool, err error) {
+	if err := o.check(p); err != nil {
+		return Example{}, false, err
+	}
+	enc, err := encodeAll(o.Tokenizer, phaseTexts(p, &s, &o))
+	if err != nil {
+		return Example{}, false, err
+	}
+	ex, keep, _ = buildExample(p, enc, &o)
+	return ex, keep, nil
+}
+
+// assignment places every raw row of a part in a phase: phase[g] is 0, 1 or
+// 2 (or -1 for rows outside the part), pos[g] the row's position in its
+// phase's order, n[k] the size of phase k.
+type assignment struct {
+	phase []int8
+	pos   []int32
+	n     [3]int
+}
+
+// assign mirrors DeepSpeed-Chat: a train-only dataset is first cut 9:1 into
+// train and eval (a seeded permutation, split "train_eval"), then the part's
+// rows are permuted with the seed and cut into the three phase slices.
+func assign(rows int64, evalFromTrain bool, part Part, split Split, seed uint32) (assignment, error) {
+	if rows > 1<<31-1 {
+		return assignment{}, fmt.Errorf("data: %d rows is more than this reader supports (2^31-1)", rows)
+	}
+	n := int(rows)
+	var base []int // part position -> raw row
+	if evalFromTrain {
+		base = Split{9, 1}.Slice(seed, n, int(part))
+	} else {
+		base = make([]int, n)
+		for i := range base {
+			base[i] = i
+		}
+	}
+	a := assignment{phase: make([]int8, n), pos: make([]int32, n)}
+	for i := range a.phase {
+		a.phase[i] = -1
+	}
+	b := split.Bounds(len(base))
+	perm := Permutation(seed, len(base))
+	for k := 0; k < len(split); k++ {
+		lo, hi := max(b[k], 0), min(b[k+1], len(base))
+		for i := lo; i < hi; i++ {
+			g := base[perm[i]]
+			a.phase[g], a.pos[g] = int8(k), int32(i-lo)
+			a.n[k]++
+		}
+	}
+	return a, nil
+}
+
+// partRows counts the rows of a part's files.
+func partRows(files []string) (int64, error) {
+	var n int64
+	for _, f := range files {
+		c, err := CountRows(f)
+		if err != nil {
+			return 0, err
+		}
+		n += c
+	}
+	return n, nil
+}
+
+// scanFiles streams the rows of files in order, numbering them g across
+// files.
+func scanFiles(files []string, cols []Column, fn func(g int64, cells []Cell, bad error) error) error {
+	var g int64
+	for _, f := range files {
+		err := ScanRows(f, cols, func(_ int64, cells []Cell, bad error) error {
+			err := fn(g, cells, bad)
+			g++
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// job is one selected row waiting to be tokenized.
+type job struct {
+	pos int32
+	row int64
+	s   Sample
+}
+
+// Build tokenizes one part of one dataset for a phase. It reads the files
+// once, streaming record batches, and keeps only the tokens of the rows in
+// the phase's slice. The result is cached under o.CacheDir (keyed by the
+// files, their sizes and modification times, the adapter, split, phase,
+// seed, tokenizer and lengths), and a later call with the same key reads
+// the cache without tokenizing. A dataset without the part (no eval split)
+// gives an empty set.
+func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
+	if err := o.check(phase); err != nil {
+		return nil, err
+	}
+	a := ds.Adapter
+	for _, r := range []Role{RolePrompt, RoleChosen, RoleRejected} {
+		if phase.roles()&r != 0 && !a.HasRole(r) {
+			return nil, fmt.Errorf("dataset %s: phase %d needs a %s column, and the mapping has none", ds.Name, int(phase), roleName(r))
+		}
+	}
+	split, files, ok := ds.PartFiles(part)
+	st := Stats{Dataset: ds.Name, Part: part.String(), Phase: int(phase)}
+	if !ok {
+		if part == Train {
+			return nil, fmt.Errorf("dataset %s: no %q split (found %s)", ds.Name, split, splitNames(ds))
+		}
+		return &Set{Phase: phase, Stats: []Stats{st}}, nil
+	}
+	var key, cachePath string
+	if o.CacheDir != "" && o.TokenizerID != "" {
+		var err error
+		key, err = cacheKey(ds, part, phase, files, &o)
+		if err != nil {
+			return nil, err
+		}
+		cachePath = filepath.Join(o.CacheDir, cacheName(key))
+		if set, ok := readCache(cachePath, key); ok {
+			return set, nil
+		}
+	}
+	rows, err := partRows(files)
+	if err != nil {
+		return nil, err
+	}
+	asg, err := assign(rows, a.EvalFromTrain, part, o.split(), o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	k := int8(phase - 1)
+	st.Rows = int64(asg.n[0] + asg.n[1] + asg.n[2])
+	st.Selected = int64(asg.n[k])
+	slots := make([]Example, asg.n[k])
+	filled := make([]bool, asg.n[k])
+	var pending []job
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		var texts []string
+		for i := range pending {
+			texts = append(texts, phaseTexts(phase, &pending[i].s, &o)...)
+		}
+		enc, err := encodeAll(o.Tokenizer, texts)
+		if err != nil {
+			return err
+		}
+		per := len(texts) / len(pending)
+		built := make([]Example, 0, len(pending))
+		total := 0
+		for i, j := range pending {
+			ex, keep, tr := buildExample(phase, enc[i*per:(i+1)*per], &o)
+			if !keep {
+				st.TooLong++
+				continue
+			}
+			if tr {
+				st.Truncated++
+			}
+			ex.Row = j.row
+			built = append(built, ex)
+			total += len(ex.IDs) + len(ex.Rejected)
+		}
+		// Copy the kept ids into one block: the tokenizer's buffers (and the
+		// phase-1 prompt encodings) are not kept alive.
+		block := make([]int32, 0, total)
+		for i, j := 0, 0; i < len(pending); i++ {
+			if j == len(built) || built[j].Row != pending[i].row {
+				continue
+			}
+			ex := &built[j]
+			k := len(block)
+			block = append(block, ex.IDs...)
+			ex.IDs = block[k:len(block):len(block)]
+			if phase == PhaseReward {
+				k = len(block)
+				block = append(block, ex.Rejected...)
+				ex.Rejected = block[k:len(block):len(block)]
+			}
+			slots[pending[i].pos], filled[pending[i].pos] = *ex, true
+			j++
+		}
+		pending = pending[:0]
+		return nil
+	}
+	malformed := func(err error) error {
+		if !o.SkipMalformed {
+			return err
+		}
+		st.Malformed++
+		if len(st.Errors) < maxErrors {
+			st.Errors = append(st.Errors, err.Error())
+		}
+		return nil
+	}
+	err = scanFiles(files, a.Columns, func(g int64, cells []Cell, bad error) error {
+		inPhase := asg.phase[g] == k
+		if bad != nil {
+			if !inPhase && o.SkipMalformed {
+				return nil
+			}
+			return malformed(bad)
+		}
+		if !inPhase {
+			return nil
+		}
+		if _, ok := a.needs(cells, phase); !ok {
+			st.Empty++
+			return nil
+		}
+		s, err := a.Convert(cells)
+		if err != nil {
+			return malformed(fmt.Errorf("dataset %s: row %d: %w", ds.Name, g+1, err))
+		}
+		pending = append(pending, job{pos: asg.pos[g], row: g, s: s})
+		if len(pending) == encodeChunk {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return nil, err
+	}
+	set := &Set{Phase: phase}
+	for i, ok := range filled {
+		if ok {
+			set.Examples = append(set.Examples, slots[i])
+		}
+	}
+	st.Kept = int64(len(set.Examples))
+	set.Stats = []Stats{st}
+	if cachePath != "" {
+		if err := writeCache(cachePath, key, set); err != nil {
+			return nil, err
+		}
+	}
+	return set, nil
+}
+
+func roleName(r Role) string {
+	switch r {
+	case RolePrompt:
+		return "prompt"
+	case RoleChosen:
+		return "chosen"
+	}
+	return "rejected"
+}
+
+func splitNames(ds *Dataset) string {
+	var s []string
+	for k := range ds.Splits {
+		s = append(s, k)
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	sort.Strings(s)
+	return fmt.Sprint(s)
+}
+
+// Load builds the train and eval sets of a phase from one or more datasets.
+// Several datasets are blended the way DeepSpeed-Chat blends them: their
+// examples are concatenated in order and shuffled with Permutation(seed, n).
+// In phase 1, sftOnly datasets are added whole (split 10,0,0) and the result
+// is shuffled again.
+func Load(datasets []*Dataset, sftOnly []*Dataset, phase Phase, o Options) (train, eval *Set, err error) {
+	if len(datasets) == 0 {
+		return nil, nil, fmt.Errorf("data: no datasets")
+	}
+	build := func(dss []*Dataset, part Part, o Options, offset int, blend bool) (*Set, error) {
+		out := &Set{Phase: phase}
+		for i, ds := range dss {
+			s, err := Build(ds, part, phase, o)
+			if err != nil {
+				return nil, err
+			}
+			for j := range s.Examples {
+				s.Examples[j].Dataset = offset + i
+			}
+			out.Examples = append(out.Examples, s.Examples...)
+			out.Stats = append(out.Stats, s.Stats...)
+		}
+		if blend && len(dss) > 1 {
+			shuffle(out, o.Seed)
+		}
+		return out, nil
+	}
+	sets := [2]*Set{}
+	for _, part := range []Part{Train, Eval} {
+		s, err := build(datasets, part, o, 0, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		if phase == PhaseSFT && len(sftOnly) > 0 {
+			so := o
+			so.Split = Split{10, 0, 0}
+			extra, err := build(sftOnly, part, so, len(datasets), false)
+			if err != nil {
+				return nil, nil, err
+			}
+			// DeepSpeed-Chat concatenates the SFT-only datasets unshuffled,
+			// appends them and shuffles the whole.
+			s.Examples = append(s.Examples, extra.Examples...)
+			shuffle(s, o.Seed)
+			s.Stats = append(s.Stats, extra.Stats...)
+		}
+		sets[part] = s
+	}
+	return sets[Train], sets[Eval], nil
+}
+
+// shuffle reorders a set's examples by Permutation(seed, n).
+func shuffle(s *Set, seed uint32) {
+	perm := Permutation(seed, len(s.Examples))
+	out := make([]Example, len(perm))
+	for i, p := range perm {
+		out[i] = s.Examples[p]
+	}
+	s.Examples = out
+}

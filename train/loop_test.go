@@ -248,3 +248,18 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestPlotMetrics(t *testing.T) {
+	s := newLin(t, 37, 5)
+	cfg := baseConfig(t.TempDir())
+	if _, err := Run(context.Background(), s.dev, cfg, s, s.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	files, err := PlotMetrics(cfg.Dir+"/"+MetricsFile, cfg.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Errorf("plots %v, want loss, lr and grad_norm", files)
+	}
+}

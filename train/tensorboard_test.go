@@ -51,7 +51,7 @@ func TestTensorBoardFraming(t *testing.T) {
 	if sum[0] != 0x2a {
 		t.Fatalf("summary tag % x", sum[0])
 	}
-	val := sum[3:] // summary{ value{ ... } }
+	val := sum[4:] // summary tag, length, value tag, length, then the value
 	if string(val[2:6]) != "loss" || val[6] != 0x15 || math.Float32frombits(binary.LittleEndian.Uint32(val[7:11])) != 1.5 {
 		t.Fatalf("value % x", val)
 	}

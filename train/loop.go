@@ -75,6 +75,10 @@ type Config struct {
 	Resume      bool
 	Log         zerolog.Logger
 	Progress    io.Writer // a terminal for the progress bar, or nil for log lines
+	// Events, when set, also receives every metrics record (TensorBoard).
+	Events interface {
+		Scalars(step int, values map[string]float64) error
+	}
 }
 
 // StepsPerEpoch is the number of optimizer steps in one epoch.
@@ -159,6 +163,7 @@ func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Train
 	if err != nil {
 		return nil, err
 	}
+	metrics.events = cfg.Events
 	defer metrics.Close()
 	if cfg.Resume {
 		p, ok, err := loadCheckpoint(dev, cfg, tr, opt)

@@ -15,9 +15,12 @@ import (
 const MetricsFile = "metrics.jsonl"
 
 type metricsFile struct {
-	path string
-	f    *os.File
-	rows int
+	path   string
+	f      *os.File
+	rows   int
+	events interface {
+		Scalars(step int, values map[string]float64) error
+	}
 }
 
 // openMetrics opens Dir/metrics.jsonl: appending on resume (after
@@ -97,6 +100,23 @@ func (m *metricsFile) write(rec map[string]any) error {
 		return fmt.Errorf("write metrics: %w", err)
 	}
 	m.rows++
+	if m.events != nil {
+		vals := map[string]float64{}
+		step := 0
+		for k, v := range rec {
+			switch x := v.(type) {
+			case float64:
+				vals[k] = x
+			case int:
+				if k == "step" {
+					step = x
+				} else {
+					vals[k] = float64(x)
+				}
+			}
+		}
+		return m.events.Scalars(step, vals)
+	}
 	return nil
 }
 

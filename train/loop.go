@@ -61,7 +61,7 @@ type Config struct {
 	MicroBatch  int // examples per micro-batch (--per-device-train-batch-size)
 	GradAccum   int // micro-batches per optimizer step
 	Epochs      int
-	MaxSteps    int // stop after this many optimizer steps (0: no limit)
+	MaxSteps    int // optimizer steps of the run, overriding Epochs (0: Epochs decide)
 	Schedule    string
 	Warmup      int
 	ClipNorm    float64 // global-norm clipping (0: off)
@@ -88,16 +88,13 @@ func (c *Config) StepsPerEpoch() int {
 }
 
 // TotalSteps is the number of optimizer steps of the run (the schedule's
-// length).
+// length). MaxSteps, when set, overrides the epochs (as in transformers'
+// Trainer): the data is cycled as many times as needed.
 func (c *Config) TotalSteps() int {
-	if c.Epochs <= 0 {
+	if c.MaxSteps > 0 {
 		return c.MaxSteps
 	}
-	n := c.Epochs * c.StepsPerEpoch()
-	if c.MaxSteps > 0 && c.MaxSteps < n {
-		n = c.MaxSteps
-	}
-	return n
+	return c.Epochs * c.StepsPerEpoch()
 }
 
 func (c *Config) validate() error {

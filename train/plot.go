@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,12 +77,44 @@ var plotColors = []color.Color{
 	color.RGBA{31, 119, 180, 255}, color.RGBA{255, 127, 14, 255}, color.RGBA{44, 160, 44, 255}, color.RGBA{214, 39, 40, 255},
 }
 
-func plotSeries(path string, names []string, series map[string]plotter.XYs) error {
+func plotSeries(path string, names []string, series map[string]plotter.XYs) (err error) {
+	defer func() { // the plotting library panics on ranges it cannot draw
+		if r := recover(); r != nil {
+			err = fmt.Errorf("plot %s: %v", path, r)
+		}
+	}()
 	p := plot.New()
+	// Fix degenerate ranges (one point, a constant series) and skip
+	// non-finite values, which the axes cannot show.
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, n := range names {
+		finite := series[n][:0:0]
+		for _, pt := range series[n] {
+			if !math.IsNaN(pt.Y) && !math.IsInf(pt.Y, 0) {
+				finite = append(finite, pt)
+				xmin, xmax = math.Min(xmin, pt.X), math.Max(xmax, pt.X)
+				ymin, ymax = math.Min(ymin, pt.Y), math.Max(ymax, pt.Y)
+			}
+		}
+		series[n] = finite
+	}
+	if math.IsInf(xmin, 0) {
+		return nil // nothing finite to draw
+	}
+	if xmax == xmin {
+		p.X.Min, p.X.Max = xmin-1, xmax+1
+	}
+	if ymax-ymin <= 1e-12*math.Max(1, math.Abs(ymax)) {
+		d := math.Max(1e-3, math.Abs(ymax)*0.1)
+		p.Y.Min, p.Y.Max = ymin-d, ymax+d
+	}
 	p.Title.Text = strings.Join(names, ", ")
 	p.X.Label.Text = "step"
 	p.Add(plotter.NewGrid())
 	for i, n := range names {
+		if len(series[n]) == 0 {
+			continue
+		}
 		line, err := plotter.NewLine(series[n])
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", n, err)

@@ -126,7 +126,11 @@ func newRootCmd(g *Globals) *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(g, nil),
 		newGenerateCmd(g, nil),
+		newTokenizeCmd(g, nil),
+		newDataCmd(g, nil),
 		newBenchCmd(g),
+		newSFTCmd(g, nil),
+		newRewardCmd(g, nil),
 	)
 	return root
 }

@@ -1,0 +1,429 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/reward"
+	"github.com/gochat-ai/gochat/sft"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// StageOptions are the options of `gochat sft` and `gochat reward`; flag
+// names are DeepSpeed-Chat's in kebab case.
+type StageOptions struct {
+	g    *Globals
+	Step int `json:"step"` // 1 (sft) or 2 (reward)
+
+	Model         string   `json:"model"`
+	Tokenizer     string   `json:"tokenizer"`
+	Data          []string `json:"data"`
+	DataSplit     string   `json:"data_split"`
+	MaxSeqLen     int      `json:"max_seq_len"`
+	TrainBatch    int      `json:"per_device_train_batch_size"`
+	EvalBatch     int      `json:"-"`
+	LR            float64  `json:"learning_rate"`
+	WeightDecay   float64  `json:"weight_decay"`
+	Epochs        int      `json:"num_train_epochs"`
+	MaxSteps      int      `json:"max_steps"`
+	GradAccum     int      `json:"gradient_accumulation_steps"`
+	Scheduler     string   `json:"lr_scheduler_type"`
+	Warmup        int      `json:"num_warmup_steps"`
+	Seed          uint64   `json:"seed"`
+	GradCkpt      bool     `json:"-"`
+	Dropout       float64  `json:"dropout"`
+	LoRADim       int      `json:"lora_dim"`
+	LoRAModule    string   `json:"lora_module_name"`
+	OnlyLoRA      bool     `json:"only_optimize_lora"`
+	LoRALR        float64  `json:"lora_learning_rate"`
+	MaxGradNorm   float64  `json:"max_grad_norm"`
+	AddEOT        bool     `json:"add_eot_token"`
+	LossOn        string   `json:"loss_on,omitempty"`
+	OutputDir     string   `json:"-"`
+	EvalInterval  int      `json:"-"`
+	SaveInterval  int      `json:"-"`
+	Resume        bool     `json:"-"`
+	Overwrite     bool     `json:"-"`
+	TensorBoard   bool     `json:"-"`
+	DataCache     string   `json:"-"`
+	SkipMalformed bool     `json:"skip_malformed"`
+	split         data.Split
+}
+
+func newSFTCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
+	opts := &StageOptions{g: g, Step: 1}
+	cmd := &cobra.Command{
+		Use:   "sft --model DIR --data NAME|PATH... --output-dir DIR",
+		Short: "Step 1: supervised fine-tuning on prompt+chosen texts",
+		Long: `Step 1 of RLHF: fine-tune a causal LM on prompt+chosen responses (the phase-1
+slice of --data-split). The output directory receives a Hugging Face model
+(config.json, model.safetensors, tokenizer files; LoRA fused in), metrics.jsonl,
+training-curve PNGs, TensorBoard events with --enable-tensorboard, and
+checkpoint/ for --resume.
+
+--loss-on response (the default) takes the loss on response tokens only, the
+way instruction tuning is usually done: the prompt is given, the model learns
+to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if opts.LossOn != "response" && opts.LossOn != "all" {
+				return usageErrorf("--loss-on %q: want response or all", opts.LossOn)
+			}
+			return opts.check(runF)
+		},
+	}
+	opts.bind(cmd, 9.65e-6, 0)
+	cmd.Flags().StringVar(&opts.LossOn, "loss-on", "response", "tokens that carry the loss: response or all")
+	return cmd
+}
+
+func newRewardCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
+	opts := &StageOptions{g: g, Step: 2}
+	cmd := &cobra.Command{
+		Use:   "reward --model DIR --data NAME|PATH... --output-dir DIR",
+		Short: "Step 2: train a reward model on chosen/rejected pairs",
+		Long: `Step 2 of RLHF: a reward model (the decoder plus a value head v_head, one scalar
+per token) trained with the pairwise loss over the span where chosen and
+rejected differ (the phase-2 slice of --data-split). Reports accuracy (chosen
+score > rejected score) and the mean chosen and rejected scores. The output is
+a Hugging Face directory with v_head.weight beside the decoder weights, plus
+metrics, plots and checkpoint/ as for sft.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return opts.check(runF) },
+	}
+	opts.bind(cmd, 5e-5, 0.1)
+	return cmd
+}
+
+func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
+	f := cmd.Flags()
+	f.StringVar(&o.Model, "model", "", "Hugging Face model directory to start from")
+	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
+	f.StringSliceVar(&o.Data, "data", nil, "datasets: DeepSpeed-Chat names or files/folders (repeat or comma-separate)")
+	f.StringVar(&o.DataSplit, "data-split", "2,4,4", "proportions of the rows for steps 1, 2 and 3")
+	f.IntVar(&o.MaxSeqLen, "max-seq-len", 512, "sequence length (longer is truncated)")
+	f.IntVar(&o.TrainBatch, "per-device-train-batch-size", 16, "examples per micro-batch")
+	f.IntVar(&o.EvalBatch, "per-device-eval-batch-size", 16, "examples per evaluation batch")
+	f.Float64Var(&o.LR, "learning-rate", lr, "peak learning rate")
+	f.Float64Var(&o.WeightDecay, "weight-decay", wd, "AdamW weight decay (not on biases and LayerNorm weights)")
+	f.IntVar(&o.Epochs, "num-train-epochs", 1, "epochs")
+	f.IntVar(&o.MaxSteps, "max-steps", 0, "total optimizer steps, overriding --num-train-epochs (0: epochs decide)")
+	f.IntVar(&o.GradAccum, "gradient-accumulation-steps", 1, "micro-batches per optimizer step")
+	f.StringVar(&o.Scheduler, "lr-scheduler-type", "cosine", "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup")
+	f.IntVar(&o.Warmup, "num-warmup-steps", 0, "linear warm-up steps")
+	f.Uint64Var(&o.Seed, "seed", 1234, "seed of the data split, shuffling, dropout and initialisation")
+	f.BoolVar(&o.GradCkpt, "gradient-checkpointing", false, "recompute each layer in the backward pass (less memory)")
+	f.Float64Var(&o.Dropout, "dropout", -1, "dropout probability (-1: the model config's)")
+	f.IntVar(&o.LoRADim, "lora-dim", 0, "LoRA rank (0: no LoRA)")
+	f.StringVar(&o.LoRAModule, "lora-module-name", "decoder.layers.", "LoRA applies to linear layers whose name contains this")
+	f.BoolVar(&o.OnlyLoRA, "only-optimize-lora", false, "train only the LoRA weights (and the value head)")
+	f.Float64Var(&o.LoRALR, "lora-learning-rate", 5e-4, "learning rate of the LoRA weights")
+	f.Float64Var(&o.MaxGradNorm, "max-grad-norm", 1.0, "global gradient-norm clipping (0: off)")
+	f.BoolVar(&o.AddEOT, "add-eot-token", false, "append EOS to step-1 sequences")
+	f.StringVar(&o.OutputDir, "output-dir", "", "where the model, metrics and checkpoint go")
+	f.IntVar(&o.EvalInterval, "eval-interval", 0, "evaluate every N optimizer steps (0: at the end only)")
+	f.IntVar(&o.SaveInterval, "save-interval", 0, "checkpoint every N optimizer steps (0: every epoch)")
+	f.BoolVar(&o.Resume, "resume", false, "continue the run in --output-dir from its checkpoint")
+	f.BoolVar(&o.Overwrite, "overwrite", false, "replace a different run in --output-dir")
+	f.BoolVar(&o.TensorBoard, "enable-tensorboard", false, "also write TensorBoard event files to OUTPUT/tensorboard")
+	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (default $GOCHAT_CACHE/data or ~/.cache/gochat/data; \"off\" disables)")
+	f.BoolVar(&o.SkipMalformed, "skip-malformed", false, "drop (and count) malformed dataset rows instead of stopping")
+}
+
+func (o *StageOptions) check(runF func(*StageOptions) error) error {
+	switch {
+	case o.Model == "":
+		return usageErrorf("--model is required")
+	case len(o.Data) == 0:
+		return usageErrorf("--data is required")
+	case o.OutputDir == "":
+		return usageErrorf("--output-dir is required")
+	case o.MaxSeqLen < 2:
+		return usageErrorf("--max-seq-len must be >= 2")
+	case o.TrainBatch < 1 || o.EvalBatch < 1:
+		return usageErrorf("batch sizes must be >= 1")
+	case o.LoRADim < 0:
+		return usageErrorf("--lora-dim must be >= 0")
+	case o.OnlyLoRA && o.LoRADim == 0:
+		return usageErrorf("--only-optimize-lora needs --lora-dim > 0")
+	case o.Dropout >= 1 || (o.Dropout < 0 && o.Dropout != -1):
+		return usageErrorf("--dropout must be in [0, 1) (or -1 for the model's)")
+	case !(o.LR > 0):
+		return usageErrorf("--learning-rate must be > 0")
+	}
+	if _, err := optim.NewSchedule(o.Scheduler, 0, 1); err != nil {
+		return usageErrorf("--lr-scheduler-type: %v", err)
+	}
+	sp, err := data.ParseSplit(o.DataSplit)
+	if err != nil || len(sp) != 3 {
+		return usageErrorf("--data-split %q: want three proportions like 2,4,4", o.DataSplit)
+	}
+	o.split = sp
+	if o.Tokenizer == "" {
+		o.Tokenizer = o.Model
+	}
+	if runF != nil {
+		return runF(o)
+	}
+	return runStage(context.Background(), o)
+}
+
+// fingerprint identifies a run by the settings that change its result.
+func (o *StageOptions) fingerprint() string {
+	b, _ := json.Marshal(o)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// runFile records which run an output directory holds.
+const runFile = "run.json"
+
+// prepareOutput checks --output-dir against --resume and --overwrite and
+// records this run there.
+func (o *StageOptions) prepareOutput() error {
+	path := filepath.Join(o.OutputDir, runFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if o.Resume {
+			o.g.Log.Warn().Str("dir", o.OutputDir).Msg("--resume: no run there yet, starting afresh")
+			o.Resume = false
+		}
+	case err != nil:
+		return fmt.Errorf("read %s: %w", path, err)
+	default:
+		var prev struct {
+			Fingerprint string `json:"fingerprint"`
+		}
+		_ = json.Unmarshal(b, &prev)
+		switch {
+		case o.Overwrite:
+			for _, sub := range []string{train.CheckpointDir, train.MetricsFile, runFile, "tensorboard"} {
+				os.RemoveAll(filepath.Join(o.OutputDir, sub))
+			}
+			o.Resume = false
+		case prev.Fingerprint != o.fingerprint():
+			return usageErrorf("--output-dir %s holds a different run (its settings differ); choose another directory or pass --overwrite", o.OutputDir)
+		case !o.Resume:
+			return usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", o.OutputDir)
+		}
+	}
+	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
+		return fmt.Errorf("create --output-dir: %w", err)
+	}
+	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": o.fingerprint(), "options": o}, "", "  ")
+	return writeFileAtomic(path, rec)
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// runStage trains step 1 or 2 end to end.
+func runStage(ctx context.Context, o *StageOptions) error {
+	log := o.g.Log
+	start := time.Now()
+	if err := o.prepareOutput(); err != nil {
+		return err
+	}
+	dev, err := newCPU(o.g)
+	if err != nil {
+		return err
+	}
+	vh := "no"
+	if o.Step == 2 {
+		vh = "yes"
+	}
+	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh})
+	if err != nil {
+		return err
+	}
+	if o.MaxSeqLen > m.Config.MaxPositions {
+		return usageErrorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
+	}
+	if o.Step == 2 {
+		initVHead(m, o.Seed)
+	}
+	if o.Dropout >= 0 {
+		m.Config.Dropout = o.Dropout
+	}
+	trainSet, evalSet, err := o.loadData(m)
+	if err != nil {
+		return err
+	}
+	var lo *lora.LoRA
+	if o.LoRADim > 0 {
+		if lo, err = lora.New(m, lora.Config{Dim: o.LoRADim, ModuleName: o.LoRAModule}, o.Seed); err != nil {
+			return usageError{err}
+		}
+		m.SetAdapter(lo)
+	}
+	pad := int32(m.Config.PadTokenID)
+	var st train.Stage
+	if o.Step == 1 {
+		st, err = sft.New(m, trainSet, evalSet, sft.Options{MaxSeqLen: o.MaxSeqLen, PAD: pad, ResponseOnly: o.LossOn == "response",
+			EvalBatch: o.EvalBatch, Dropout: true, Checkpoint: o.GradCkpt})
+	} else {
+		st, err = reward.New(m, trainSet, evalSet, reward.Options{MaxSeqLen: o.MaxSeqLen, PAD: pad, EvalBatch: o.EvalBatch,
+			Dropout: true, Checkpoint: o.GradCkpt})
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	tr := train.ModelTrainable(m, train.ParamOptions{LR: o.LR, WeightDecay: o.WeightDecay, LoRA: lo, LoRALR: o.LoRALR, OnlyLoRA: o.OnlyLoRA})
+	cfg := train.Config{TrainSize: len(trainSet.Examples), MicroBatch: o.TrainBatch, GradAccum: o.GradAccum,
+		Epochs: o.Epochs, MaxSteps: o.MaxSteps, Schedule: o.Scheduler, Warmup: o.Warmup, ClipNorm: o.MaxGradNorm,
+		AdamW: optim.DefaultAdamW, EvalEvery: o.EvalInterval, SaveEvery: o.SaveInterval, Seed: o.Seed,
+		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log}
+	if o.g.LogFmt != "json" && isTerminal(o.g.Err) {
+		cfg.Progress = o.g.Err
+	}
+	if o.TensorBoard {
+		tb, err := train.NewTensorBoard(filepath.Join(o.OutputDir, "tensorboard"))
+		if err != nil {
+			return err
+		}
+		defer tb.Close()
+		cfg.Events = tb
+	}
+	log.Info().Int("train_examples", cfg.TrainSize).Int("eval_examples", len(evalSet.Examples)).
+		Int("steps", cfg.TotalSteps()).Int("params", m.NumParams()).Str("device", dev.Name()).Msgf("step %d", o.Step)
+	res, err := train.Run(ctx, dev, cfg, st, tr)
+	if err != nil {
+		return err
+	}
+	if err := o.saveModel(m, lo); err != nil {
+		return err
+	}
+	if _, err := train.PlotMetrics(filepath.Join(o.OutputDir, train.MetricsFile), o.OutputDir); err != nil {
+		log.Warn().Err(err).Msg("training curves not drawn")
+	}
+	ev := log.Info().Int("steps", res.Steps).Float64("first_loss", res.FirstLoss).Float64("last_loss", res.LastLoss).
+		Dur("elapsed", time.Since(start).Round(time.Second))
+	for k, v := range res.Eval {
+		ev = ev.Float64(k, v)
+	}
+	ev.Str("output", o.OutputDir).Msg("done")
+	return nil
+}
+
+// initVHead gives a value head that the checkpoint did not have
+// nn.Linear's default initialisation, U(−1/√P, 1/√P).
+func initVHead(m *model.Model, seed uint64) {
+	h := make([]float32, m.Params.VHead.Len())
+	m.Dev.ReadF32(h, m.Params.VHead)
+	for _, x := range h {
+		if x != 0 {
+			return // loaded from the checkpoint
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x76686561))
+	b := 1 / math.Sqrt(float64(len(h)))
+	for i := range h {
+		h[i] = float32((rng.Float64()*2 - 1) * b)
+	}
+	m.Dev.WriteF32(m.Params.VHead, h)
+}
+
+// loadData builds the step's training and evaluation examples.
+func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, err error) {
+	tok, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
+	if err != nil {
+		return nil, nil, err
+	}
+	if int(eos) >= m.Config.VocabSize || int(pad) >= m.Config.VocabSize {
+		return nil, nil, fmt.Errorf("tokenizer %s: special ids exceed the model's vocabulary (%d)", o.Tokenizer, m.Config.VocabSize)
+	}
+	var dss []*data.Dataset
+	for _, name := range o.Data {
+		ds, err := data.Resolve(name, data.ResolveOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		dss = append(dss, ds)
+	}
+	cache := o.DataCache
+	switch cache {
+	case "":
+		cache = data.DefaultCacheDir(os.Getenv)
+	case "off":
+		cache = ""
+	}
+	phase := data.PhaseSFT
+	if o.Step == 2 {
+		phase = data.PhaseReward
+	}
+	dopts := data.Options{Split: o.split, Seed: uint32(o.Seed), MaxSeqLen: o.MaxSeqLen, AddEOS: o.AddEOT,
+		EndText: data.DefaultEndText, EOS: eos, PAD: pad, Tokenizer: tok, TokenizerID: fp, CacheDir: cache,
+		SkipMalformed: o.SkipMalformed}
+	trainSet, evalSet, err = data.Load(dss, nil, phase, dopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(trainSet.Examples) == 0 {
+		return nil, nil, usageErrorf("the step-%d training split is empty after --data-split %s; give this step a larger share or more data", o.Step, o.DataSplit)
+	}
+	return trainSet, evalSet, nil
+}
+
+// saveModel writes the trained model (LoRA fused in) and the tokenizer
+// files to --output-dir.
+func (o *StageOptions) saveModel(m *model.Model, lo *lora.LoRA) error {
+	if lo != nil {
+		base := m.Dev.Alloc(kernels.F32, m.NumParams())
+		m.Dev.Copy(base, m.Params.Flat)
+		lo.Fuse(m.Params.Flat)
+		defer m.Dev.Copy(m.Params.Flat, base)
+	}
+	if err := m.Save(o.OutputDir, model.SaveOptions{}); err != nil {
+		return err
+	}
+	return copyTokenizerFiles(o.Tokenizer, o.OutputDir)
+}
+
+// copyTokenizerFiles copies the Hugging Face tokenizer files that exist in
+// src to dst.
+func copyTokenizerFiles(src, dst string) error {
+	for _, name := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"} {
+		in, err := os.Open(filepath.Join(src, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copy tokenizer: %w", err)
+		}
+		b, err := io.ReadAll(in)
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("copy tokenizer: %w", err)
+		}
+		if err := writeFileAtomic(filepath.Join(dst, name), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}

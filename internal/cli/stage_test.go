@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+const sharedData = "../../../shared/data"
+
+// TestMain lets a test re-run this binary as the gochat command (for the
+// SIGKILL test): GOCHAT_TEST_MAIN=1 runs Main on the arguments after "--".
+func TestMain(m *testing.M) {
+	if os.Getenv("GOCHAT_TEST_MAIN") == "1" {
+		args := os.Args
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		os.Exit(Main(args, os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// tinyModel writes a randomly initialised tiny OPT with the real OPT
+// tokenizer files into a temporary directory.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	tokDir := filepath.Join(sharedData, "opt-tokenizer")
+	if _, err := os.Stat(tokDir); err != nil {
+		t.Skipf("../shared/data is not beside the checkout: %v", err)
+	}
+	cfg, err := model.ParseConfig([]byte(`{"model_type":"opt","vocab_size":50272,"hidden_size":32,"ffn_dim":64,
+		"num_hidden_layers":2,"num_attention_heads":2,"max_position_embeddings":128,"do_layer_norm_before":true,"dropout":0.1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := cpu.New(cpu.Options{})
+	m, _ := model.New(dev, cfg, model.Options{})
+	m.InitRandom(1, 0.02)
+	dir := t.TempDir()
+	if err := m.Save(dir, model.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyTokenizerFiles(tokDir, dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func sample() string { return filepath.Join(sharedData, "rm-static-sample", "sample.jsonl") }
+
+func metrics(t *testing.T, dir string) []map[string]float64 {
+	t.Helper()
+	recs, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// TestSFTAndRewardOverfit trains on ../shared/data/rm-static-sample: the SFT
+// loss falls, and the reward model reaches training accuracy 1.
+func TestSFTAndRewardOverfit(t *testing.T) {
+	mdir := tinyModel(t)
+	out := t.TempDir()
+	sftDir, rwDir := filepath.Join(out, "sft"), filepath.Join(out, "reward")
+	_, errOut, code := run(t, "--log-format", "json", "sft", "--model", mdir, "--data", sample(), "--data-split", "1,0,0",
+		"--max-seq-len", "48", "--per-device-train-batch-size", "8", "--learning-rate", "3e-3", "--num-train-epochs", "10",
+		"--output-dir", sftDir, "--data-cache", "off", "--enable-tensorboard")
+	if code != 0 {
+		t.Fatalf("sft: %s", errOut)
+	}
+	recs := metrics(t, sftDir)
+	first, last := recs[0]["loss"], recs[len(recs)-1]["loss"]
+	if !(last < first-2) {
+		t.Errorf("SFT loss %v -> %v: did not fall", first, last)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "vocab.json", "merges.txt", "loss.png", "checkpoint/state.json"} {
+		if _, err := os.Stat(filepath.Join(sftDir, f)); err != nil {
+			t.Errorf("sft output: %v", err)
+		}
+	}
+	if ev, _ := filepath.Glob(filepath.Join(sftDir, "tensorboard", "events.out.tfevents.*")); len(ev) != 1 {
+		t.Errorf("tensorboard files: %v", ev)
+	}
+	// The SFT output loads and generates.
+	if _, errOut, code := run(t, "generate", "--model", sftDir, "--prompt-ids", "2,50118,50118,33837,35", "--max-new-tokens", "3"); code != 0 {
+		t.Errorf("generate from the SFT output: %s", errOut)
+	}
+
+	_, errOut, code = run(t, "--log-format", "json", "reward", "--model", sftDir, "--data", sample(), "--data-split", "0,1,0",
+		"--max-seq-len", "48", "--per-device-train-batch-size", "8", "--learning-rate", "2e-3", "--num-train-epochs", "40",
+		"--output-dir", rwDir, "--data-cache", "off")
+	if code != 0 {
+		t.Fatalf("reward: %s", errOut)
+	}
+	recs = metrics(t, rwDir)
+	acc := 0.0
+	for _, r := range recs[len(recs)-4:] {
+		if a, ok := r["accuracy"]; ok {
+			acc = a
+		}
+	}
+	if acc != 1 {
+		t.Errorf("reward model training accuracy %v at the end, want 1", acc)
+	}
+	dev, _ := cpu.New(cpu.Options{})
+	rm, err := model.Load(dev, rwDir, model.LoadOptions{})
+	if err != nil || !rm.HasValueHead() {
+		t.Fatalf("reward output: %v (value head: %v)", err, err == nil && rm.HasValueHead())
+	}
+}
+
+func TestStageBadInput(t *testing.T) {
+	mdir := tinyModel(t)
+	out := t.TempDir()
+	base := []string{"--model", mdir, "--data", sample(), "--max-seq-len", "32", "--data-cache", "off", "--max-steps", "1"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"empty split", []string{"sft", "--data-split", "0,1,1", "--output-dir", filepath.Join(out, "a")}, "training split is empty"},
+		{"seq too long", []string{"sft", "--max-seq-len", "4096", "--output-dir", filepath.Join(out, "b")}, "max_position_embeddings"},
+		{"scheduler", []string{"sft", "--lr-scheduler-type", "warmup_cosine", "--output-dir", filepath.Join(out, "c")}, "unknown lr scheduler"},
+		{"lora pattern", []string{"sft", "--lora-dim", "4", "--lora-module-name", "mlp.c_fc", "--output-dir", filepath.Join(out, "d")}, "matches no linear layer"},
+		{"nan", []string{"sft", "--learning-rate", "1e30", "--max-grad-norm", "0", "--max-steps", "4", "--lr-scheduler-type", "constant", "--output-dir", filepath.Join(out, "e")}, "non-finite"},
+		{"only lora", []string{"reward", "--only-optimize-lora", "--output-dir", filepath.Join(out, "f")}, "--lora-dim"},
+	}
+	for _, c := range cases {
+		args := append(append([]string{"--log-format", "json"}, c.args[0]), append(base, c.args[1:]...)...)
+		_, errOut, code := run(t, args...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: code %d, stderr %q; want an error containing %q", c.name, code, lastLine(errOut), c.want)
+		}
+	}
+	// A different run in the output directory is refused without --overwrite.
+	dir := filepath.Join(out, "g")
+	if _, e, code := run(t, append([]string{"--log-format", "json", "sft", "--output-dir", dir}, base...)...); code != 0 {
+		t.Fatal(e)
+	}
+	_, errOut, code := run(t, append([]string{"--log-format", "json", "sft", "--output-dir", dir, "--seed", "5"}, base...)...)
+	if code == 0 || !strings.Contains(errOut, "holds a different run") {
+		t.Errorf("different run: code %d, %q", code, lastLine(errOut))
+	}
+	if _, e, code := run(t, append([]string{"--log-format", "json", "sft", "--output-dir", dir, "--seed", "5", "--overwrite"}, base...)...); code != 0 {
+		t.Errorf("--overwrite: %s", lastLine(e))
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestSFTResumeAfterSIGKILL kills `gochat sft` mid-epoch, resumes it, and
+// compares the final weights with an uninterrupted run byte for byte.
+func TestSFTResumeAfterSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command three times")
+	}
+	mdir := tinyModel(t)
+	out := t.TempDir()
+	args := func(dir string) []string {
+		return []string{"--log-format", "json", "--threads", "2", "sft", "--model", mdir, "--data", sample(), "--data-split", "1,0,0",
+			"--max-seq-len", "40", "--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
+			"--num-train-epochs", "4", "--save-interval", "2", "--learning-rate", "1e-3", "--output-dir", dir, "--data-cache", "off"}
+	}
+	ref := filepath.Join(out, "ref")
+	if _, e, code := run(t, args(ref)...); code != 0 {
+		t.Fatal(e)
+	}
+	dir := filepath.Join(out, "killed")
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args(dir)...)...)
+	cmd.Env = append(os.Environ(), "GOCHAT_TEST_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once a checkpoint past step 2 exists (mid-epoch: 3 steps an epoch).
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "checkpoint", "state.json"))
+		var st struct {
+			Position struct {
+				Step int `json:"step"`
+			} `json:"position"`
+		}
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Position.Step >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no checkpoint in time: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err == nil {
+		t.Skip("the run finished before it could be killed")
+	}
+	_, e, code := run(t, append(args(dir), "--resume")...)
+	if code != 0 {
+		t.Fatalf("resume: %s", e)
+	}
+	a, _ := os.ReadFile(filepath.Join(ref, "model.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Error("weights after kill and resume differ from the uninterrupted run")
+	}
+}

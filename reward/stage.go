@@ -1,0 +1,139 @@
+package reward
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// Stage trains a reward model (a model with a value head) on pairs.
+type Stage struct {
+	m          *model.Model
+	trainSet   *data.Set
+	evalSet    *data.Set
+	col        data.Collator
+	evalBatch  int
+	dropout    bool
+	checkpoint bool
+	acts       map[int]*model.Acts
+	evalActs   map[int]*model.Acts
+}
+
+// Options configure the stage.
+type Options struct {
+	MaxSeqLen  int
+	PAD        int32
+	EvalBatch  int
+	Dropout    bool
+	Checkpoint bool
+}
+
+// New returns the stage for m, which must have a value head.
+func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
+	if !m.HasValueHead() {
+		return nil, fmt.Errorf("reward: the model has no value head")
+	}
+	if o.MaxSeqLen > m.Config.MaxPositions {
+		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
+	}
+	if o.EvalBatch <= 0 {
+		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)
+	}
+	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, col: data.Collator{T: o.MaxSeqLen, PAD: o.PAD},
+		evalBatch: o.EvalBatch, dropout: o.Dropout, checkpoint: o.Checkpoint,
+		acts: map[int]*model.Acts{}, evalActs: map[int]*model.Acts{}}, nil
+}
+
+// pairs runs the model over chosen and rejected sequences as one batch of
+// 2B rows and returns the pairwise loss.
+func (s *Stage) pairs(exs []data.Example, a *model.Acts, seed uint64) (PairResult, int, error) {
+	c, r, err := s.col.Pairs(exs)
+	if err != nil {
+		return PairResult{}, 0, err
+	}
+	ids := append(append([]int32{}, c.IDs...), r.IDs...)
+	mask := append(append([]int32{}, c.Mask...), r.Mask...)
+	if err := s.m.Forward(a, model.Batch{IDs: ids, Mask: mask, Seed: seed}); err != nil {
+		return PairResult{}, 0, err
+	}
+	v, err := s.m.Values(a)
+	if err != nil {
+		return PairResult{}, 0, err
+	}
+	n := c.B * c.T
+	res, err := PairwiseLoss(PairBatch{B: c.B, T: c.T, ChosenIDs: c.IDs, RejectedIDs: r.IDs,
+		ChosenMask: c.Mask, RejectedMask: r.Mask, ChosenValues: v[:n], RejectValues: v[n:]})
+	tokens := 0
+	for _, m := range mask {
+		tokens += int(m)
+	}
+	return res, tokens, err
+}
+
+func (s *Stage) actsFor(cache map[int]*model.Acts, b int, train bool) *model.Acts {
+	a, ok := cache[b]
+	if !ok {
+		a = s.m.NewActs(2*b, s.col.T, model.ActsOptions{Train: train, Dropout: train && s.dropout,
+			Checkpoint: train && s.checkpoint, NoLogits: true})
+		cache[b] = a
+	}
+	return a
+}
+
+// TrainBatch implements train.Stage.
+func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
+	exs := make([]data.Example, len(idx))
+	for i, j := range idx {
+		exs[i] = s.trainSet.Examples[j]
+	}
+	a := s.actsFor(s.acts, len(exs), true)
+	res, tokens, err := s.pairs(exs, a, seed)
+	if err != nil {
+		return train.BatchStats{}, err
+	}
+	dv := append(append([]float32{}, res.DChosen...), res.DRejected...)
+	if err := s.m.Backward(a, model.Grad{DValues: dv}); err != nil {
+		return train.BatchStats{}, err
+	}
+	return train.BatchStats{Loss: res.Loss, Tokens: tokens, Extra: map[string]float64{
+		"accuracy": float64(res.Correct) / float64(len(exs)),
+		"chosen_mean": mean(res.ChosenScore), "rejected_mean": mean(res.RejScore)}}, nil
+}
+
+// Evaluate implements train.Stage: accuracy (chosen score > rejected score),
+// mean chosen and rejected scores, and the mean loss over the evaluation
+// pairs.
+func (s *Stage) Evaluate() (map[string]float64, error) {
+	if s.evalSet == nil || len(s.evalSet.Examples) == 0 {
+		return map[string]float64{}, nil
+	}
+	exs := s.evalSet.Examples
+	var loss, chosen, rejected float64
+	correct := 0
+	for lo := 0; lo < len(exs); lo += s.evalBatch {
+		chunk := exs[lo:min(lo+s.evalBatch, len(exs))]
+		res, _, err := s.pairs(chunk, s.actsFor(s.evalActs, len(chunk), false), 0)
+		if err != nil {
+			return nil, err
+		}
+		loss += res.Loss * float64(len(chunk))
+		correct += res.Correct
+		for i := range chunk {
+			chosen += float64(res.ChosenScore[i])
+			rejected += float64(res.RejScore[i])
+		}
+	}
+	n := float64(len(exs))
+	return map[string]float64{"eval_loss": loss / n, "eval_accuracy": float64(correct) / n,
+		"chosen_mean": chosen / n, "rejected_mean": rejected / n}, nil
+}
+
+func mean(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v)
+	}
+	return s / float64(len(x))
+}

@@ -1,0 +1,131 @@
+// Package sft is step 1 of the pipeline: supervised fine-tuning of a causal
+// LM on prompt+chosen texts (REFERENCE.md §3), as a train.Stage.
+package sft
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// Stage trains a model on SFT examples with the next-token loss.
+type Stage struct {
+	m          *model.Model
+	trainSet   *data.Set
+	evalSet    *data.Set
+	col        data.Collator
+	evalBatch  int
+	dropout    bool
+	checkpoint bool
+	acts       map[int]*model.Acts // by batch size
+	evalActs   map[int]*model.Acts
+}
+
+// Options configure the stage.
+type Options struct {
+	MaxSeqLen    int
+	PAD          int32
+	ResponseOnly bool // --loss-on response
+	EvalBatch    int  // --per-device-eval-batch-size
+	Dropout      bool // apply the config's dropout while training
+	Checkpoint   bool // gradient checkpointing
+}
+
+// New returns the stage for m on the given example sets.
+func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
+	if o.MaxSeqLen > m.Config.MaxPositions {
+		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
+	}
+	if o.EvalBatch <= 0 {
+		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)
+	}
+	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, evalBatch: o.EvalBatch,
+		col:     data.Collator{T: o.MaxSeqLen, PAD: o.PAD, ResponseOnly: o.ResponseOnly},
+		dropout: o.Dropout, checkpoint: o.Checkpoint,
+		acts: map[int]*model.Acts{}, evalActs: map[int]*model.Acts{}}, nil
+}
+
+func pick(s *data.Set, idx []int) []data.Example {
+	out := make([]data.Example, len(idx))
+	for i, j := range idx {
+		out[i] = s.Examples[j]
+	}
+	return out
+}
+
+// batch collates examples into a model batch with shifted targets.
+func (s *Stage) batch(exs []data.Example, seed uint64) (model.Batch, int, error) {
+	b, err := s.col.SFT(exs)
+	if err != nil {
+		return model.Batch{}, 0, err
+	}
+	tokens := 0
+	for _, m := range b.Mask {
+		tokens += int(m)
+	}
+	return model.Batch{IDs: b.IDs, Mask: b.Mask, Targets: model.ShiftLabels(b.Labels, b.B, b.T), Seed: seed}, tokens, nil
+}
+
+// TrainBatch implements train.Stage.
+func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
+	mb, tokens, err := s.batch(pick(s.trainSet, idx), seed)
+	if err != nil {
+		return train.BatchStats{}, err
+	}
+	a, ok := s.acts[len(idx)]
+	if !ok {
+		a = s.m.NewActs(len(idx), s.col.T, model.ActsOptions{Train: true, Dropout: s.dropout, Checkpoint: s.checkpoint})
+		s.acts[len(idx)] = a
+	}
+	if err := s.m.Forward(a, mb); err != nil {
+		return train.BatchStats{}, err
+	}
+	loss, _, err := s.m.MeanLoss(a)
+	if err != nil {
+		return train.BatchStats{}, err
+	}
+	if err := s.m.Backward(a, s.m.MeanLossGrad(a)); err != nil {
+		return train.BatchStats{}, err
+	}
+	return train.BatchStats{Loss: float64(loss), Tokens: tokens}, nil
+}
+
+// Evaluate implements train.Stage: the token-weighted mean loss over the
+// evaluation set and its perplexity.
+func (s *Stage) Evaluate() (map[string]float64, error) {
+	if s.evalSet == nil || len(s.evalSet.Examples) == 0 {
+		return map[string]float64{}, nil
+	}
+	var sum float64
+	count := 0
+	exs := s.evalSet.Examples
+	for lo := 0; lo < len(exs); lo += s.evalBatch {
+		chunk := exs[lo:min(lo+s.evalBatch, len(exs))]
+		mb, _, err := s.batch(chunk, 0)
+		if err != nil {
+			return nil, err
+		}
+		a, ok := s.evalActs[len(chunk)]
+		if !ok {
+			a = s.m.NewActs(len(chunk), s.col.T, model.ActsOptions{})
+			s.evalActs[len(chunk)] = a
+		}
+		if err := s.m.Forward(a, mb); err != nil {
+			return nil, err
+		}
+		loss, n, err := s.m.MeanLoss(a)
+		if err != nil {
+			return nil, err
+		}
+		sum += float64(loss) * float64(n)
+		count += n
+	}
+	if count == 0 {
+		return nil, fmt.Errorf("the evaluation set has no target tokens")
+	}
+	l := sum / float64(count)
+	return map[string]float64{"eval_loss": l, "perplexity": math.Exp(l)}, nil
+}

@@ -76,7 +76,7 @@ func NewPolynomial(warmup, total int, lrEndRatio, power float64) Schedule {
 		case s > total:
 			return lrEndRatio
 		}
-		decay := float64(total-warmup)
+		decay := float64(total - warmup)
 		rem := 1 - float64(s-warmup)/decay
 		return (1-lrEndRatio)*math.Pow(rem, power) + lrEndRatio
 	}

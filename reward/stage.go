@@ -98,7 +98,7 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 		return train.BatchStats{}, err
 	}
 	return train.BatchStats{Loss: res.Loss, Tokens: tokens, Extra: map[string]float64{
-		"accuracy": float64(res.Correct) / float64(len(exs)),
+		"accuracy":    float64(res.Correct) / float64(len(exs)),
 		"chosen_mean": mean(res.ChosenScore), "rejected_mean": mean(res.RejScore)}}, nil
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -9,12 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/tokenizer"
 )
 
 // GenerateOptions are the options of `gochat generate`.
 type GenerateOptions struct {
 	g            *Globals
 	Model        string
+	Tokenizer    string
 	PromptIDs    string
 	Prompt       string
 	MaxNewTokens int
@@ -32,9 +35,11 @@ func newGenerateCmd(g *Globals, runF func(*GenerateOptions) error) *cobra.Comman
 		Long: `Continue a prompt with a Hugging Face model directory. Greedy decoding is the
 default; --temperature, --top-k or --top-p switch to sampling (seeded by --seed).
 Generation stops at the config's eos_token_id or after --max-new-tokens.
-With --json it prints {"prompt_ids":[...],"tokens":[...],"logprobs":[...]} where
-logprobs[i] is the natural-log probability of tokens[i] under the full softmax
-at temperature 1.`,
+--prompt is tokenized with the model directory's tokenizer (or --tokenizer),
+BOS added as the tokenizer does, and the continuation is printed as text.
+With --json it prints {"prompt_ids":[...],"tokens":[...],"logprobs":[...]}
+(plus "text" with --prompt) where logprobs[i] is the natural-log probability
+of tokens[i] under the full softmax at temperature 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Model == "" {
@@ -43,14 +48,13 @@ at temperature 1.`,
 			if (opts.PromptIDs == "") == (opts.Prompt == "") {
 				return usageErrorf("give exactly one of --prompt-ids and --prompt")
 			}
-			if opts.Prompt != "" {
-				return usageErrorf("--prompt needs a tokenizer, which gochat does not have yet; use --prompt-ids")
+			if opts.PromptIDs != "" {
+				ids, err := parseIDs(opts.PromptIDs)
+				if err != nil {
+					return usageError{err}
+				}
+				opts.ids = ids
 			}
-			ids, err := parseIDs(opts.PromptIDs)
-			if err != nil {
-				return usageError{err}
-			}
-			opts.ids = ids
 			if opts.MaxNewTokens < 1 {
 				return usageErrorf("--max-new-tokens must be >= 1")
 			}
@@ -71,7 +75,8 @@ at temperature 1.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory (config.json + weights)")
 	f.StringVar(&opts.PromptIDs, "prompt-ids", "", "comma-separated prompt token ids")
-	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (needs the model's tokenizer)")
+	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (tokenized with the model's tokenizer)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory for --prompt (default: --model)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 32, "most tokens to generate")
 	f.BoolVar(&greedy, "greedy", false, "pick the most likely token (the default)")
 	f.Float64Var(&opts.Sample.Temperature, "temperature", 1, "sampling temperature")
@@ -103,6 +108,13 @@ func runGenerate(opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
+	var tok *tokenizer.Tokenizer
+	if opts.Prompt != "" {
+		if tok, err = tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model)); err != nil {
+			return err
+		}
+		opts.ids = tok.Encode(opts.Prompt, true)
+	}
 	for _, id := range opts.ids {
 		if int(id) >= m.Config.VocabSize {
 			return usageErrorf("--prompt-ids: %d is outside the vocabulary (%d)", id, m.Config.VocabSize)
@@ -117,8 +129,20 @@ func runGenerate(opts *GenerateOptions) error {
 		return err
 	}
 	gen := gens[0]
+	res := map[string]any{"prompt_ids": opts.ids, "tokens": gen.Tokens, "logprobs": gen.LogProbs}
+	if tok != nil {
+		text, err := tok.Decode(gen.Tokens, true)
+		if err != nil {
+			return err
+		}
+		if !opts.JSON {
+			_, err = fmt.Fprintln(opts.g.Out, text)
+			return err
+		}
+		res["text"] = text
+	}
 	if opts.JSON {
-		return json.NewEncoder(opts.g.Out).Encode(map[string]any{"prompt_ids": opts.ids, "tokens": gen.Tokens, "logprobs": gen.LogProbs})
+		return json.NewEncoder(opts.g.Out).Encode(res)
 	}
 	parts := make([]string, len(gen.Tokens))
 	for i, t := range gen.Tokens {

@@ -96,9 +96,18 @@ func TestSFTAndRewardOverfit(t *testing.T) {
 	if ev, _ := filepath.Glob(filepath.Join(sftDir, "tensorboard", "events.out.tfevents.*")); len(ev) != 1 {
 		t.Errorf("tensorboard files: %v", ev)
 	}
-	// The SFT output loads and generates.
+	// The SFT output loads and generates, from ids and from text with its
+	// own tokenizer.
 	if _, errOut, code := run(t, "generate", "--model", sftDir, "--prompt-ids", "2,50118,50118,33837,35", "--max-new-tokens", "3"); code != 0 {
 		t.Errorf("generate from the SFT output: %s", errOut)
+	}
+	gout, errOut, code := run(t, "generate", "--model", sftDir, "--prompt", "\n\nHuman: Hi\n\nAssistant:", "--max-new-tokens", "3", "--json")
+	var gen struct {
+		PromptIDs []int32 `json:"prompt_ids"`
+		Text      *string `json:"text"`
+	}
+	if code != 0 || json.Unmarshal([]byte(gout), &gen) != nil || gen.Text == nil || len(gen.PromptIDs) != 10 || gen.PromptIDs[0] != 2 || gen.PromptIDs[5] != 12289 {
+		t.Errorf("generate --prompt: code %d, %q, %s", code, gout, errOut)
 	}
 
 	_, errOut, code = run(t, "--log-format", "json", "reward", "--model", sftDir, "--data", sample(), "--data-split", "0,1,0",

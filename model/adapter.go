@@ -63,6 +63,13 @@ func (m *Model) linearBackward(l int, s Site, dinp, dw, db, dout, inp, w kernels
 		dw, db = nil, nil
 	}
 	m.Dev.MatmulBackward(dinp, dw, db, dout, inp, w, n, c, oc)
+	if s == SiteQKV && db != nil {
+		// k_proj.bias adds q·b_k to every score of a query's row, which
+		// softmax ignores: its gradient is exactly zero. Computed, it is
+		// rounding noise that Adam would amplify into a random walk.
+		h := oc / 3
+		m.Dev.Zero(db.Slice(h, h))
+	}
 	if m.adapter != nil {
 		m.adapter.LinearBackward(l, s, dinp, dout, inp, n)
 	}

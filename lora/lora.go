@@ -186,3 +186,27 @@ func (lo *LoRA) Fuse(dst kernels.Buffer) {
 		}
 	}
 }
+
+// Tensor is one adapter matrix with its DeepSpeed-Chat name.
+type Tensor struct {
+	Name  string // e.g. "layers.0.self_attn.q_proj.lora_right_weight"
+	Shape []int  // right: [in, r]; left: [r, out]
+	Buf   kernels.Buffer
+}
+
+// Tensors lists the adapter matrices in buffer order, named as
+// DeepSpeed-Chat's LinearLayer_LoRA names them (relative to the decoder).
+func (lo *LoRA) Tensors() []Tensor {
+	r := lo.cfg.Dim
+	var out []Tensor
+	for _, layer := range lo.sites {
+		for _, parts := range layer {
+			for _, p := range parts {
+				out = append(out,
+					Tensor{p.name + ".lora_right_weight", []int{p.in, r}, p.right},
+					Tensor{p.name + ".lora_left_weight", []int{r, p.out}, p.left})
+			}
+		}
+	}
+	return out
+}

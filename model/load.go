@@ -163,15 +163,15 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)
 	}
-	host := make([]float32, m.NumParams())
-	m.Dev.ReadF32(host, m.Params.Flat)
 	ts := make([]tensor.WriteTensor, 0, len(m.specs))
 	for _, s := range m.specs {
 		name := s.name
 		if name != "lm_head.weight" && name != "v_head.weight" {
 			name = opts.Prefix + name
 		}
-		ts = append(ts, tensor.WriteTensor{Name: name, DType: opts.DType, Shape: s.shape, F32: host[s.offset : s.offset+s.size()]})
+		view := m.Params.Flat.Slice(s.offset, s.size())
+		ts = append(ts, tensor.WriteTensor{Name: name, DType: opts.DType, Shape: s.shape,
+			Read: func(off int, dst []float32) { m.Dev.ReadF32(dst, view.Slice(off, len(dst))) }})
 	}
 	if err := tensor.WriteSafetensors(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		return err

@@ -229,6 +229,10 @@ type WriteTensor struct {
 	DType DType
 	Shape []int     // empty for a scalar
 	F32   []float32 // len(F32) must equal the product of Shape
+	// Read, used when F32 is nil, supplies the values in chunks: it fills
+	// dst with elements [off, off+len(dst)). It lets a caller stream a large
+	// tensor (from a device, say) without a full host copy.
+	Read func(off int, dst []float32)
 }
 
 // DefaultMetadata is the __metadata__ that WriteSafetensors writes when given nil, the same as
@@ -255,8 +259,25 @@ func WriteSafetensors(path string, tensors []WriteTensor, metadata map[string]st
 		w.Write(n[:])
 		w.Write(header)
 		buf := make([]byte, chunkBytes)
+		var tmp []float32
 		for _, t := range order {
 			es := t.DType.Size()
+			if t.F32 == nil && t.Read != nil {
+				numel, _ := checkShape(t.Shape)
+				if tmp == nil {
+					tmp = make([]float32, chunkBytes/4)
+				}
+				for off := 0; off < int(numel); {
+					k := min(int(numel)-off, chunkBytes/4)
+					t.Read(off, tmp[:k])
+					encodeF32(buf[:k*es], tmp[:k], t.DType)
+					if _, err := w.Write(buf[:k*es]); err != nil {
+						return err
+					}
+					off += k
+				}
+				continue
+			}
 			for data := t.F32; len(data) > 0; {
 				k := min(len(data), chunkBytes/es)
 				encodeF32(buf[:k*es], data[:k], t.DType)
@@ -291,7 +312,7 @@ func buildHeader(path string, tensors []WriteTensor, metadata map[string]string)
 		if err != nil {
 			return nil, nil, &Error{File: path, Tensor: t.Name, Err: err}
 		}
-		if numel != int64(len(t.F32)) {
+		if (t.F32 != nil || t.Read == nil) && numel != int64(len(t.F32)) {
 			return nil, nil, tensorErr(path, t.Name, "shape %v has %d elements but %d values were given",
 				t.Shape, numel, len(t.F32))
 		}
@@ -335,7 +356,8 @@ func buildHeader(path string, tensors []WriteTensor, metadata map[string]string)
 			}
 			h = strconv.AppendInt(h, int64(d), 10)
 		}
-		end := off + uint64(len(t.F32)*t.DType.Size())
+		numel, _ := checkShape(t.Shape) // validated above
+		end := off + uint64(numel)*uint64(t.DType.Size())
 		h = append(h, `],"data_offsets":[`...)
 		h = strconv.AppendUint(h, off, 10)
 		h = append(h, ',')

@@ -78,10 +78,11 @@ func (l *loop) checkpoint() error {
 	return syncDir(l.cfg.Dir)
 }
 
+// readTensor streams a device buffer into a checkpoint file chunk by chunk,
+// so a checkpoint never holds a host copy of the whole state.
 func readTensor(dev kernels.Device, name string, b kernels.Buffer) tensor.WriteTensor {
-	h := make([]float32, b.Len())
-	dev.ReadF32(h, b)
-	return tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{len(h)}, F32: h}
+	return tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()},
+		Read: func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }}
 }
 
 func syncDir(dir string) error {

@@ -242,7 +242,7 @@ func (l *loop) run() (*Result, error) {
 			l.pos.Batch++
 			l.pos.MicroStep++
 		}
-		if err := l.step(&acc, time.Since(stepStart)); err != nil {
+		if err := l.step(&acc, stepStart); err != nil {
 			return nil, err
 		}
 		stepStart = time.Now()
@@ -293,7 +293,7 @@ func (a *stepAcc) add(bs BatchStats) {
 }
 
 // step clips, updates the parameters and logs one optimizer step.
-func (l *loop) step(acc *stepAcc, elapsed time.Duration) error {
+func (l *loop) step(acc *stepAcc, start time.Time) error {
 	cfg := l.cfg
 	// The gradients hold the sum of acc.n micro-batch mean-loss gradients;
 	// the step uses their mean.
@@ -308,6 +308,7 @@ func (l *loop) step(acc *stepAcc, elapsed time.Duration) error {
 		l.dev.Zero(g)
 	}
 	l.pos.Step++
+	elapsed := time.Since(start) // the whole step: micro-batches and update
 	loss := acc.loss * avg
 	if l.pos.Step == 1 {
 		l.res.FirstLoss = loss

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,8 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/sft"
+	"github.com/gochat-ai/gochat/train"
 )
 
 func newBenchCmd(g *Globals) *cobra.Command {
@@ -21,7 +28,7 @@ func newBenchCmd(g *Globals) *cobra.Command {
 		Short: "Measure kernel and training throughput",
 		Long:  "Reproducible performance figures: GEMM GFLOP/s and training tokens/s on random data.",
 	}
-	cmd.AddCommand(newBenchMatmulCmd(g, nil), newBenchTrainCmd(g, nil))
+	cmd.AddCommand(newBenchMatmulCmd(g, nil), newBenchTrainCmd(g, nil), newBenchSFTCmd(g, nil))
 	return cmd
 }
 
@@ -51,8 +58,8 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 			default:
 				return usageErrorf("--transpose %q: want nn, nt, tn or tt", opts.Transpose)
 			}
-			if opts.Repeats < 1 {
-				return usageErrorf("--repeats must be >= 1")
+			if opts.Repeats < 0 {
+				return usageErrorf("--repeats must be >= 0 (0: enough for about a second)")
 			}
 			if runF != nil {
 				return runF(opts)
@@ -263,5 +270,97 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 	}
 	_, err = fmt.Fprintf(opts.g.Out, "train %s B=%d T=%d on %s: %.1f tokens/s, %.3f s/step (median of %d), peak RSS %.0f MiB\n",
 		opts.Model, B, T, dev.Name(), float64(B*T)/med, med, opts.Steps, float64(peakRSS())/(1<<20))
+	return err
+}
+
+// newBenchSFTCmd is `gochat bench sft`: the training benchmark through the
+// real step-1 path (data collation, sft.Stage, train.Run with its
+// optimizer, clipping and schedule) on random weights and random tokens.
+func newBenchSFTCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Command {
+	opts := &BenchTrainOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "sft --model opt-125m|CONFIG.json --batch B --seq T",
+		Short: "SFT tokens/s through the real training loop (random weights and tokens)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if opts.Batch < 1 || opts.Seq < 2 || opts.Steps < 1 {
+				return usageErrorf("--batch >= 1, --seq >= 2 and --steps >= 1 are required")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runBenchSFT(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "opt-125m", "a built-in architecture ("+strings.Join(model.PresetNames(), ", ")+") or a config.json")
+	f.IntVar(&opts.Batch, "batch", 4, "micro-batch size B")
+	f.IntVar(&opts.Seq, "seq", 128, "sequence length T")
+	f.IntVar(&opts.Steps, "steps", 5, "timed optimizer steps (after one warm-up step)")
+	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
+	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func runBenchSFT(opts *BenchTrainOptions) error {
+	cfg, err := loadArch(opts.Model)
+	if err != nil {
+		return usageError{err}
+	}
+	if opts.Seq > cfg.MaxPositions {
+		return usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
+	}
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, err := model.New(dev, cfg, model.Options{})
+	if err != nil {
+		return err
+	}
+	m.InitRandom(1, 0.02)
+	B, T := opts.Batch, opts.Seq
+	rng := rand.New(rand.NewPCG(2, 2))
+	set := &data.Set{Phase: data.PhaseSFT}
+	for range B * (opts.Steps + 1) {
+		ids := make([]int32, T)
+		for i := range ids {
+			ids[i] = int32(3 + rng.IntN(cfg.VocabSize-3))
+		}
+		set.Examples = append(set.Examples, data.Example{IDs: ids})
+	}
+	st, err := sft.New(m, set, nil, sft.Options{MaxSeqLen: T, PAD: int32(cfg.PadTokenID), EvalBatch: B, Dropout: true, Checkpoint: opts.Checkpoint})
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "gochat-bench-sft-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	tr := train.ModelTrainable(m, train.ParamOptions{LR: 1e-4})
+	tcfg := train.Config{TrainSize: len(set.Examples), MicroBatch: B, GradAccum: 1, MaxSteps: opts.Steps + 1,
+		Schedule: "constant", ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 1, Dir: dir, Log: opts.g.Log}
+	opts.g.Log.Info().Str("model", opts.Model).Int("params", m.NumParams()).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Msg("bench sft")
+	if _, err := train.Run(context.Background(), dev, tcfg, st, tr); err != nil {
+		return err
+	}
+	recs, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
+	if err != nil {
+		return err
+	}
+	var tps []float64
+	for _, r := range recs {
+		if v, ok := r["tokens_per_sec"]; ok && r["step"] > 1 { // step 1 is the warm-up
+			tps = append(tps, v)
+		}
+	}
+	med := median(tps)
+	res := map[string]any{"tokens_per_sec": round(med, 2), "step_seconds": round(float64(B*T)/med, 4), "peak_rss_bytes": peakRSS()}
+	if opts.JSON {
+		return json.NewEncoder(opts.g.Out).Encode(res)
+	}
+	_, err = fmt.Fprintf(opts.g.Out, "sft %s B=%d T=%d on %s: %.1f tokens/s (median of %d steps), peak RSS %.0f MiB\n",
+		opts.Model, B, T, dev.Name(), med, len(tps), float64(peakRSS())/(1<<20))
 	return err
 }

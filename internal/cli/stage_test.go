@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/tensor"
 	"github.com/gochat-ai/gochat/train"
 )
 
@@ -96,6 +98,9 @@ func TestSFTAndRewardOverfit(t *testing.T) {
 	if ev, _ := filepath.Glob(filepath.Join(sftDir, "tensorboard", "events.out.tfevents.*")); len(ev) != 1 {
 		t.Errorf("tensorboard files: %v", ev)
 	}
+	// The saved model is exactly the trained one: its logits equal those of
+	// the final training state in checkpoint/.
+	checkSavedEqualsCheckpoint(t, sftDir)
 	// The SFT output loads and generates, from ids and from text with its
 	// own tokenizer.
 	if _, errOut, code := run(t, "generate", "--model", sftDir, "--prompt-ids", "2,50118,50118,33837,35", "--max-new-tokens", "3"); code != 0 {
@@ -231,5 +236,37 @@ func TestSFTResumeAfterSIGKILL(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "model.safetensors"))
 	if len(a) == 0 || !bytes.Equal(a, b) {
 		t.Error("weights after kill and resume differ from the uninterrupted run")
+	}
+}
+
+func checkSavedEqualsCheckpoint(t *testing.T, dir string) {
+	t.Helper()
+	dev, _ := cpu.New(cpu.Options{})
+	saved, err := model.Load(dev, dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := tensor.Open(filepath.Join(dir, train.CheckpointDir, "state.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	flat := make([]float32, saved.NumParams())
+	if err := ck.ReadF32("param.model", flat); err != nil {
+		t.Fatal(err)
+	}
+	trained, _ := model.New(dev, saved.Config, model.Options{})
+	dev.WriteF32(trained.Params.Flat, flat)
+	ids := []int32{2, 50118, 50118, 33837, 35, 1437, 20, 6}
+	logits := func(m *model.Model) []float32 {
+		a := m.NewActs(1, len(ids), model.ActsOptions{})
+		if err := m.Forward(a, model.Batch{IDs: ids}); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := m.Logits(a)
+		return l
+	}
+	if !slices.Equal(logits(saved), logits(trained)) {
+		t.Error("the saved model's logits differ from the trained model's")
 	}
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin" CGO_ENABLED=0
 
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
   echo "gofmt -l lists:"; echo "$unformatted"; exit 1
 fi

@@ -145,3 +145,22 @@ func TestBenchTrainJSON(t *testing.T) {
 		t.Errorf("result %v", res)
 	}
 }
+
+func TestInit(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "postln", "config.json")
+	if _, e, code := run(t, "init", "--arch", cfg, "--output-dir", dir, "--seed", "3"); code != 0 {
+		t.Fatal(e)
+	}
+	dev, _ := cpu.New(cpu.Options{Threads: 1})
+	m, err := model.Load(dev, dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.NumParams() == 0 || m.Config.DoLayerNormBefore {
+		t.Errorf("initialised model: %d params, config %+v", m.NumParams(), m.Config)
+	}
+	if _, _, code := run(t, "init", "--arch", "opt-9b", "--output-dir", dir); code != exitUsage {
+		t.Errorf("unknown architecture: code %d", code)
+	}
+}

@@ -129,6 +129,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newTokenizeCmd(g, nil),
 		newDataCmd(g, nil),
 		newBenchCmd(g),
+		newInitCmd(g, nil),
 		newSFTCmd(g, nil),
 		newRewardCmd(g, nil),
 	)

@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Benchmark PyTorch's fp32 torch.matmul on the shapes gochat's CPU GEMM is tuned for.
+
+Run by hand (not by CI) with Debian's python3-torch:
+
+    /usr/bin/python3 scripts/bench_torch_matmul.py [--threads 1,2] [--reps 15]
+
+For each shape (M, N, K) and variant (nn, nt, tn; op(A) is MxK, op(B) is KxN)
+it materialises the stored layout of the variant (for "t" the operand is
+stored transposed and torch.matmul gets a transposed view), warms up, and
+prints one JSON line per (shape, variant, threads) with the median GFLOP/s:
+
+    {"m": 512, "n": 768, "k": 768, "transpose": "nn", "threads": 2, "gflops": 150.1}
+
+Each thread count runs in a child process with OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set, so the BLAS library behind
+torch honours it as well as torch.set_num_threads.
+
+Debian's python3-torch calls whatever libblas.so.3 the alternatives system
+selects; with the reference BLAS (libblas3) that is a few GFLOP/s. To compare
+against an optimised BLAS without touching the system, unpack OpenBLAS and
+point the loader at it:
+
+    apt-get download libopenblas0-pthread && dpkg-deb -x libopenblas0-pthread_*.deb /tmp/ob
+    LD_LIBRARY_PATH=/tmp/ob/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 scripts/bench_torch_matmul.py
+
+Compare with `go test ./kernels/cpu/ -run '^$' -bench BenchmarkGemm`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+SHAPES = [(512, 768, 768), (512, 3072, 768), (512, 768, 3072), (2048, 2048, 2048)]
+VARIANTS = ["nn", "nt", "tn"]
+
+
+def operands(m, n, k, variant):
+    """Returns op(A) [m,k] and op(B) [k,n] as views of the stored layout."""
+    ta, tb = variant[0] == "t", variant[1] == "t"
+    a = torch.randn(k, m) if ta else torch.randn(m, k)
+    b = torch.randn(n, k) if tb else torch.randn(k, n)
+    return (a.t() if ta else a), (b.t() if tb else b)
+
+
+def bench(m, n, k, variant, reps, min_time):
+    a, b = operands(m, n, k, variant)
+    out = torch.empty(m, n)
+    flops = 2.0 * m * n * k
+    # Warm up, and size the inner loop so one sample takes about min_time.
+    inner = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            torch.matmul(a, b, out=out)
+        dt = time.perf_counter() - t0
+        if dt >= min_time:
+            break
+        inner *= 2
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            torch.matmul(a, b, out=out)
+        dt = time.perf_counter() - t0
+        samples.append(flops * inner / dt / 1e9)
+    return statistics.median(samples)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--reps", type=int, default=15, help="samples per measurement")
+    p.add_argument("--min-time", type=float, default=0.05, help="seconds per sample")
+    p.add_argument("--shapes", default="", help="comma-separated MxNxK (default: all)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child == 0:
+        for threads in [int(t) for t in args.threads.split(",")]:
+            env = dict(os.environ)
+            for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env[var] = str(threads)
+            subprocess.run([sys.executable, __file__, "--child", str(threads),
+                            "--reps", str(args.reps), "--min-time", str(args.min_time),
+                            "--shapes", args.shapes, "--variants", args.variants],
+                           env=env, check=True)
+        return
+    threads = args.child
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    for m, n, k in shapes:
+        for variant in args.variants.split(","):
+            g = bench(m, n, k, variant, args.reps, args.min_time)
+            print(json.dumps({"m": m, "n": n, "k": k, "transpose": variant,
+                              "threads": threads, "gflops": round(g, 1)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

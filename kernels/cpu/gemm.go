@@ -2,7 +2,9 @@ package cpu
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -21,14 +23,19 @@ import (
 // serves nn, nt, tn and tt. The loops, outermost first:
 //
 //	ic (mc rows): pack the A block for all of K (L3), shared by the threads
-//	  → pc (kc deep) → jc (nc cols): pack a B block (L2), per thread
-//	    → ir (mr rows): one A micro-panel stays in L1
-//	      → jr (nr cols): micro-kernel streams a B micro-panel from L2
+//	  → column units (at most nc columns), claimed by the threads
+//	    → pc (kc deep): pack the unit's B block (L2)
+//	      → ir (mr rows): one A micro-panel stays in L1
+//	        → jr (nr cols): the micro-kernel streams a B micro-panel from L2
 //
-// Threads normally split C into column ranges of whole micro-tiles: they
-// pack the A block together, then each packs its own B blocks and computes
-// its columns. When C has too few column tiles, they split the rows instead
-// and each runs the loops alone on its rows.
+// Partial tiles at the bottom and right edges are computed into a scratch
+// tile and merged into C. Single rows or columns (m == 1 or n == 1) skip
+// all this for dot products and axpys (gemmGemv).
+//
+// Threads normally share an A block and split C's columns: they pack the A
+// panels together, then each claims column units, packing the B blocks of
+// its units itself (see gemmJob). When C has too few column tiles, they
+// split the rows instead and each runs the loops alone on its rows.
 
 // gemmKernel is a micro-kernel and the cache blocking tuned around it.
 type gemmKernel struct {
@@ -53,7 +60,7 @@ type gemmKernel struct {
 
 // gemmMinWork is the number of multiply-adds below which a GEMM runs on
 // one goroutine: starting another costs about as much. Tests lower it.
-var gemmMinWork = 1 << 18
+var gemmMinWork = 1 << 20
 
 // gemmABudget caps the packed A block (mc rows × all of K), in floats.
 const gemmABudget = 4 << 20
@@ -216,7 +223,15 @@ func gemmBlock(n, limit, unit int) int {
 	return min(limit, (per+unit-1)/unit*unit)
 }
 
-// gemmJob is one gemmBlocked call, shared by its goroutines.
+// gemmJob is one gemmBlocked call, shared by its goroutines. Work is
+// claimed, not assigned. For each A block the goroutines first take A
+// panels to pack from a counter and wait for the last panel in flight.
+// Then each owns an equal range of column tiles, which it computes front
+// to back in units of at most nc columns; a goroutine done with its own
+// range steals half of what is left of the fullest other range, from the
+// back. On an idle machine that is a static split with the fewest units
+// (every unit streams the whole A block); on a busy one, a goroutine that
+// starts late finds less to do instead of holding everyone up.
 type gemmJob struct {
 	kern           *gemmKernel
 	t              int // goroutines
@@ -228,43 +243,58 @@ type gemmJob struct {
 	bias           []float32 // nil or n floats: K step 0 (see gemmBias)
 	kv             int       // k, plus 1 with a bias
 
-	s         *gemmScratch // the caller's: the shared A block, thread 0's B
-	ap        []float32    // the packed A block
-	kcMax     int
-	mcPad     int // rows of ap
-	ic, mc    int // the current A block: rows ic..ic+mc
-	computing bool
-	wg        sync.WaitGroup
+	s      *gemmScratch // the caller's: the shared A block, the caller's B
+	ap     []float32    // the packed A block
+	kcMax  int
+	mcPad  int         // rows of ap
+	chunk  int         // column tiles per unit of an owned range
+	ranges []gemmRange // column tiles not yet claimed, one per goroutine
+	ic, mc int         // the current A block: rows ic..ic+mc
+
+	nextPanel, donePanels atomic.Int64
+	wg                    sync.WaitGroup
 }
 
 var gemmJobPool = sync.Pool{New: func() any { return new(gemmJob) }}
 
-// gemmBlocked runs the blocked loops with t goroutines splitting the
-// columns of C (t ≤ the number of column micro-tiles).
+// gemmBlocked runs the blocked loops on t goroutines sharing the packed A
+// and splitting the columns of C.
 func gemmBlocked(kern *gemmKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
-	mr := kern.mr
+	mr, nr := kern.mr, kern.nr
 	j := gemmJobPool.Get().(*gemmJob)
-	*j = gemmJob{kern: kern, t: t, transA: transA, transB: transB, m: m, n: n, k: k,
-		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc, bias: bias, kv: k}
+	j.kern, j.t, j.transA, j.transB = kern, t, transA, transB
+	j.m, j.n, j.k, j.alpha, j.beta = m, n, k, alpha, beta
+	j.a, j.b, j.c, j.lda, j.ldb, j.ldc = a, b, c, lda, ldb, ldc
+	j.bias, j.kv = bias, k
 	if bias != nil {
 		j.kv++
 	}
 	j.kcMax = gemmBlock(j.kv, kern.kc, 1)
 	mcMax := gemmBlock(m, max(mr, min(kern.mc, gemmABudget/j.kv/mr*mr)), mr)
 	j.mcPad = (mcMax + mr - 1) / mr * mr
+	nt, maxTiles := (n+nr-1)/nr, max(1, kern.nc/nr)
+	own := (nt + t - 1) / t
+	units := (own + maxTiles - 1) / maxTiles
+	j.chunk = (own + units - 1) / units
+	if cap(j.ranges) < t {
+		j.ranges = make([]gemmRange, t)
+	}
+	j.ranges = j.ranges[:t]
 	j.s = gemmPool.Get().(*gemmScratch)
 	// The A block is stored K slice by K slice: slice pc starts at
 	// mcPad·pc and holds mr-row panels of kc·mr floats.
 	j.ap = gemmAligned(&j.s.a, j.mcPad*j.kv)
 	for ic := 0; ic < m; ic += mcMax {
 		j.ic, j.mc = ic, min(mcMax, m-ic)
-		j.computing = false
-		j.fanOut()
-		j.computing = true
+		j.nextPanel.Store(0)
+		j.donePanels.Store(0)
+		for i := range j.ranges {
+			j.ranges[i].set(i*nt/t, (i+1)*nt/t)
+		}
 		j.fanOut()
 	}
 	gemmPool.Put(j.s)
-	*j = gemmJob{}
+	j.s, j.ap, j.a, j.b, j.c, j.bias = nil, nil, nil, nil, nil, nil
 	gemmJobPool.Put(j)
 }
 
@@ -286,7 +316,7 @@ func gemmWorker(task gemmTask) {
 	}
 }
 
-// fanOut runs the current phase as t shares, share 0 on the caller.
+// fanOut runs the current A block on t goroutines, the caller included.
 func (j *gemmJob) fanOut() {
 	j.wg.Add(j.t - 1)
 	for i := 1; i < j.t; i++ {
@@ -301,43 +331,116 @@ func (j *gemmJob) fanOut() {
 	j.wg.Wait()
 }
 
-// run does share i of the current phase: packing its A panels or computing
-// its columns.
+// run is goroutine i's part of the current A block.
 func (j *gemmJob) run(i int) {
-	kern, t, mr, nr := j.kern, j.t, j.kern.mr, j.kern.nr
-	if !j.computing {
-		panels := (j.mc + mr - 1) / mr
-		for pc := 0; pc < j.kv; pc += j.kcMax {
-			kc := min(j.kcMax, j.kv-pc)
-			for ip := i * panels / t; ip < (i+1)*panels/t; ip++ {
-				o := j.mcPad*pc + ip*mr*kc
-				d := j.ap[o : o+mr*kc]
-				p0, kr := pc, kc // the slice in real K
-				if j.bias != nil {
-					if pc == 0 {
-						for x := range mr {
-							d[x] = 1
-						}
-						d, kr = d[mr:], kc-1
-					} else {
-						p0--
-					}
-				}
-				if kr > 0 {
-					kern.packA(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
-				}
-			}
+	kern, mr := j.kern, j.kern.mr
+	panels := int64((j.mc + mr - 1) / mr)
+	for {
+		ip := int(j.nextPanel.Add(1) - 1)
+		if ip >= int(panels) {
+			break
 		}
-		return
+		j.packPanel(ip)
+		j.donePanels.Add(1)
+	}
+	for j.donePanels.Load() < panels {
+		runtime.Gosched() // another goroutine is packing the last panels
 	}
 	s := j.s
 	if i > 0 {
 		s = gemmPool.Get().(*gemmScratch)
 		defer gemmPool.Put(s)
 	}
-	nt := (j.n + nr - 1) / nr
-	lo, hi := i*nt/t*nr, min((i+1)*nt/t*nr, j.n)
-	gemmCompute(kern, s, j.ap, j.mcPad, j.mc, hi-lo, j.kv, j.kcMax, j.transB, j.b, j.ldb, lo, j.beta, j.bias, j.c[j.ic*j.ldc+lo:], j.ldc)
+	for {
+		first, end, ok := j.ranges[i].claimFront(j.chunk)
+		if !ok {
+			// Steal from the range with the most tiles left.
+			victim, most := -1, 0
+			for v := range j.ranges {
+				if left := j.ranges[v].left(); left > most {
+					victim, most = v, left
+				}
+			}
+			if victim < 0 {
+				break
+			}
+			if first, end, ok = j.ranges[victim].claimBack(j.chunk); !ok {
+				continue
+			}
+		}
+		lo, hi := first*kern.nr, min(end*kern.nr, j.n)
+		gemmCompute(kern, s, j.ap, j.mcPad, j.mc, hi-lo, j.kv, j.kcMax, j.transB, j.b, j.ldb, lo, j.beta, j.bias, j.c[j.ic*j.ldc+lo:], j.ldc)
+	}
+}
+
+// gemmRange is a range of column tiles [front, back) that its owner claims
+// from the front and others steal from the back, packed in one word so
+// that a compare-and-swap moves either end. It fills a cache line so that
+// the owners' claims do not contend.
+type gemmRange struct {
+	fb atomic.Uint64 // front<<32 | back
+	_  [56]byte
+}
+
+func (r *gemmRange) set(front, back int) { r.fb.Store(uint64(front)<<32 | uint64(back)) }
+
+func (r *gemmRange) left() int {
+	v := r.fb.Load()
+	return max(0, int(uint32(v))-int(v>>32))
+}
+
+// claimFront takes up to n tiles from the front.
+func (r *gemmRange) claimFront(n int) (first, end int, ok bool) {
+	for {
+		v := r.fb.Load()
+		f, b := int(v>>32), int(uint32(v))
+		if f >= b {
+			return 0, 0, false
+		}
+		e := min(f+n, b)
+		if r.fb.CompareAndSwap(v, uint64(e)<<32|uint64(b)) {
+			return f, e, true
+		}
+	}
+}
+
+// claimBack takes half of what is left, at most n tiles, from the back.
+func (r *gemmRange) claimBack(n int) (first, end int, ok bool) {
+	for {
+		v := r.fb.Load()
+		f, b := int(v>>32), int(uint32(v))
+		if f >= b {
+			return 0, 0, false
+		}
+		s := max(b-min(n, (b-f+1)/2), f)
+		if r.fb.CompareAndSwap(v, uint64(f)<<32|uint64(s)) {
+			return s, b, true
+		}
+	}
+}
+
+// packPanel packs A panel ip of the current block for every K slice.
+func (j *gemmJob) packPanel(ip int) {
+	mr := j.kern.mr
+	for pc := 0; pc < j.kv; pc += j.kcMax {
+		kc := min(j.kcMax, j.kv-pc)
+		o := j.mcPad*pc + ip*mr*kc
+		d := j.ap[o : o+mr*kc]
+		p0, kr := pc, kc // the slice in real K
+		if j.bias != nil {
+			if pc == 0 {
+				for x := range mr {
+					d[x] = 1
+				}
+				d, kr = d[mr:], kc-1
+			} else {
+				p0--
+			}
+		}
+		if kr > 0 {
+			j.kern.packA(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+		}
+	}
 }
 
 // gemmCompute computes the mc×n block of C at c (rows ldc apart) from the

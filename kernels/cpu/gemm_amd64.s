@@ -16,10 +16,13 @@
 //	Z0-Z27   accumulators: row i in Z(2i) (columns 0-15) and Z(2i+1) (16-31)
 //	Z28, Z29 the current row of B (columns 0-15, 16-31)
 //	Z30, Z31 broadcast values of A, alternating between even and odd rows
-//	AX a panel, BX b panel, DX c, R8 ldc in bytes, CX and R9 loop counters
+//	AX a panel, BX b panel, DX c, R8 ldc in bytes, R10 C prefetch pointer,
+//	CX, R9, R11 loop counters
 //
 // One step is 2 loads of B, 14 broadcasts and 28 FMAs: the two FMA ports
 // are busy 14 cycles while the loads need 8 of the two load ports' cycles.
+// Broadcasting into registers rather than using {1to16} memory operands
+// halves the loads (each A value feeds two FMAs).
 
 #define FMA14(bc, lo, hi) \
 	VFMADD231PS bc, Z28, lo; \
@@ -59,6 +62,51 @@
 	ADDQ         $56, AX;           \
 	ADDQ         $128, BX
 
+// Prefetch the 14 rows of the C tile.
+#define PREFETCHC14 \
+	MOVQ       DX, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10);     \
+	ADDQ       R8, R10;     \
+	PREFETCHT0 (R10);       \
+	PREFETCHT0 64(R10)
+
 // Store a row: C = acc.
 #define STORE14(lo, hi) \
 	VMOVUPS lo, (DX);   \
@@ -81,17 +129,6 @@ TEXT ·gemmTile14x32AVX512(SB), NOSPLIT, $0-44
 	MOVQ c+24(FP), DX
 	MOVQ ldc+32(FP), R8
 	SHLQ $2, R8
-
-	// Pull the C tile towards L1 while the loop runs.
-	MOVQ DX, R10
-	MOVQ $14, R9
-
-prefetch14:
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	ADDQ       R8, R10
-	DECQ       R9
-	JNZ        prefetch14
 
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -122,9 +159,29 @@ prefetch14:
 	VPXORD Z26, Z26, Z26
 	VPXORD Z27, Z27, Z27
 
+	// Blocks of four steps: R11 of them, then the C prefetch, then the
+	// last R9 (at most 4), so that C arrives in L1 just before the
+	// epilogue instead of being evicted by the B stream.
 	MOVQ CX, R9
 	SHRQ $2, R9
-	ANDQ  $3, CX
+	ANDQ $3, CX
+	MOVQ R9, R11
+	SUBQ $4, R11
+	JLE  early14
+	MOVQ $4, R9
+
+head14:
+	STEP14x32
+	STEP14x32
+	STEP14x32
+	STEP14x32
+	DECQ R11
+	JNZ  head14
+	PREFETCHC14
+	JMP  loop14
+
+early14:
+	PREFETCHC14
 	TESTQ R9, R9
 	JZ    tail14
 
@@ -635,10 +692,14 @@ TEXT ·gemmPackA14AVX512(SB), NOSPLIT, $0-36
 	VBROADCASTSS alpha+32(FP), Z15
 	MOVL $0x3FFF, AX
 	KMOVW AX, K1
+	LEAQ (R8)(R8*2), R9
+	SHLQ $1, R9           // R9 = 6 rows ahead, in bytes
 	TESTQ CX, CX
 	JZ    packa14done
 
 packa14loop:
+	PREFETCHT0 (SI)(R9*1)
+	PREFETCHT0 55(SI)(R9*1)
 	VMOVUPS.Z (SI), K1, Z0
 	VMULPS    Z15, Z0, Z0
 	VMOVUPS   Z0, K1, (DX)
@@ -660,10 +721,14 @@ TEXT ·gemmPackB32AVX512(SB), NOSPLIT, $0-32
 	MOVQ lds+16(FP), R8
 	MOVQ kc+24(FP), CX
 	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	SHLQ $1, R9           // R9 = 6 rows ahead, in bytes
 	TESTQ CX, CX
 	JZ    packb32done
 
 packb32loop:
+	PREFETCHT0 (SI)(R9*1)
+	PREFETCHT0 64(SI)(R9*1)
 	VMOVUPS (SI), Z0
 	VMOVUPS 64(SI), Z1
 	VMOVUPS Z0, (DX)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -371,6 +373,51 @@ func TestMatmul(t *testing.T) {
 				d.MatmulBackward(nil, nil, db2, F32(dout), nil, nil, n, c, oc)
 				gemmClose(t, name+" dbias alone", db2, wantDb, tol)
 			}
+		}
+	}
+}
+
+// TestGemmRange checks that an owner claiming from the front and thieves
+// stealing from the back hand out every column tile exactly once.
+func TestGemmRange(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 7, 64, 1000} {
+		var r gemmRange
+		r.set(5, 5+n)
+		counts := make([]atomic.Int32, n+10)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					var first, end int
+					var ok bool
+					if g == 0 {
+						first, end, ok = r.claimFront(3)
+					} else {
+						first, end, ok = r.claimBack(3)
+					}
+					if !ok {
+						return
+					}
+					for x := first; x < end; x++ {
+						counts[x].Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for x := range counts {
+			want := int32(0)
+			if x >= 5 && x < 5+n {
+				want = 1
+			}
+			if got := counts[x].Load(); got != want {
+				t.Fatalf("n=%d: tile %d claimed %d times", n, x, got)
+			}
+		}
+		if r.left() != 0 {
+			t.Fatalf("n=%d: %d left", n, r.left())
 		}
 	}
 }

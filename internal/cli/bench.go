@@ -174,10 +174,23 @@ type BenchTrainOptions struct {
 }
 
 func newBenchTrainCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Command {
+	return newBenchStepCmd(g, "train", "Training tokens/s: forward + backward + AdamW on random weights and tokens", runBenchTrain, runF)
+}
+
+// newBenchSFTCmd is `gochat bench sft`: the training benchmark through the
+// real step-1 path (data collation, sft.Stage, train.Run with its
+// optimizer, clipping and schedule) on random weights and random tokens.
+func newBenchSFTCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Command {
+	return newBenchStepCmd(g, "sft", "SFT tokens/s through the real training loop (random weights and tokens)", runBenchSFT, runF)
+}
+
+// newBenchStepCmd builds a training benchmark command; run does the work
+// unless a test passes runF.
+func newBenchStepCmd(g *Globals, name, short string, run, runF func(*BenchTrainOptions) error) *cobra.Command {
 	opts := &BenchTrainOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "train --model opt-125m|CONFIG.json --batch B --seq T",
-		Short: "Training tokens/s: forward + backward + AdamW on random weights and tokens",
+		Use:   name + " --model opt-125m|CONFIG.json --batch B --seq T",
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if opts.Batch < 1 || opts.Seq < 2 || opts.Steps < 1 {
@@ -186,17 +199,38 @@ func newBenchTrainCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Co
 			if runF != nil {
 				return runF(opts)
 			}
-			return runBenchTrain(opts)
+			return run(opts)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "opt-125m", "a built-in architecture ("+strings.Join(model.PresetNames(), ", ")+") or a config.json")
 	f.IntVar(&opts.Batch, "batch", 4, "batch size B")
 	f.IntVar(&opts.Seq, "seq", 128, "sequence length T")
-	f.IntVar(&opts.Steps, "steps", 5, "timed steps (after one warm-up step)")
+	f.IntVar(&opts.Steps, "steps", 5, "timed optimizer steps (after one warm-up step)")
 	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// benchModel is the randomly initialised model a training benchmark runs.
+func benchModel(opts *BenchTrainOptions) (*model.Model, error) {
+	cfg, err := loadArch(opts.Model)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if opts.Seq > cfg.MaxPositions {
+		return nil, usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
+	}
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(dev, cfg, model.Options{})
+	if err != nil {
+		return nil, err
+	}
+	m.InitRandom(1, 0.02)
+	return m, nil
 }
 
 func loadArch(name string) (*model.Config, error) {
@@ -207,22 +241,11 @@ func loadArch(name string) (*model.Config, error) {
 }
 
 func runBenchTrain(opts *BenchTrainOptions) error {
-	cfg, err := loadArch(opts.Model)
-	if err != nil {
-		return usageError{err}
-	}
-	if opts.Seq > cfg.MaxPositions {
-		return usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
-	}
-	dev, err := newCPU(opts.g)
+	m, err := benchModel(opts)
 	if err != nil {
 		return err
 	}
-	m, err := model.New(dev, cfg, model.Options{})
-	if err != nil {
-		return err
-	}
-	m.InitRandom(1, 0.02)
+	cfg, dev := m.Config, m.Dev
 	m.AllocGrads()
 	B, T := opts.Batch, opts.Seq
 	rng := rand.New(rand.NewPCG(2, 2))
@@ -273,52 +296,12 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 	return err
 }
 
-// newBenchSFTCmd is `gochat bench sft`: the training benchmark through the
-// real step-1 path (data collation, sft.Stage, train.Run with its
-// optimizer, clipping and schedule) on random weights and random tokens.
-func newBenchSFTCmd(g *Globals, runF func(*BenchTrainOptions) error) *cobra.Command {
-	opts := &BenchTrainOptions{g: g}
-	cmd := &cobra.Command{
-		Use:   "sft --model opt-125m|CONFIG.json --batch B --seq T",
-		Short: "SFT tokens/s through the real training loop (random weights and tokens)",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			if opts.Batch < 1 || opts.Seq < 2 || opts.Steps < 1 {
-				return usageErrorf("--batch >= 1, --seq >= 2 and --steps >= 1 are required")
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return runBenchSFT(opts)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&opts.Model, "model", "opt-125m", "a built-in architecture ("+strings.Join(model.PresetNames(), ", ")+") or a config.json")
-	f.IntVar(&opts.Batch, "batch", 4, "micro-batch size B")
-	f.IntVar(&opts.Seq, "seq", 128, "sequence length T")
-	f.IntVar(&opts.Steps, "steps", 5, "timed optimizer steps (after one warm-up step)")
-	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
-	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
-	return cmd
-}
-
 func runBenchSFT(opts *BenchTrainOptions) error {
-	cfg, err := loadArch(opts.Model)
-	if err != nil {
-		return usageError{err}
-	}
-	if opts.Seq > cfg.MaxPositions {
-		return usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
-	}
-	dev, err := newCPU(opts.g)
+	m, err := benchModel(opts)
 	if err != nil {
 		return err
 	}
-	m, err := model.New(dev, cfg, model.Options{})
-	if err != nil {
-		return err
-	}
-	m.InitRandom(1, 0.02)
+	cfg, dev := m.Config, m.Dev
 	B, T := opts.Batch, opts.Seq
 	rng := rand.New(rand.NewPCG(2, 2))
 	set := &data.Set{Phase: data.PhaseSFT}

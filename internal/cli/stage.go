@@ -64,6 +64,8 @@ type StageOptions struct {
 	TensorBoard   bool     `json:"-"`
 	DataCache     string   `json:"-"`
 	SkipMalformed bool     `json:"skip_malformed"`
+	Adapter       string   `json:"adapter,omitempty"`
+	Columns       data.ColumnMap
 	split         data.Split
 }
 
@@ -145,6 +147,10 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.BoolVar(&o.TensorBoard, "enable-tensorboard", false, "also write TensorBoard event files to OUTPUT/tensorboard")
 	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (default $GOCHAT_CACHE/data or ~/.cache/gochat/data; \"off\" disables)")
 	f.BoolVar(&o.SkipMalformed, "skip-malformed", false, "drop (and count) malformed dataset rows instead of stopping")
+	f.StringVar(&o.Adapter, "adapter", "", "read --data with this registered dataset's adapter")
+	f.StringVar(&o.Columns.Prompt, "prompt-column", "prompt", "prompt column of generic Parquet/JSON/JSONL files")
+	f.StringVar(&o.Columns.Chosen, "chosen-column", "chosen", "chosen-response column of generic files")
+	f.StringVar(&o.Columns.Rejected, "rejected-column", "rejected", "rejected-response column of generic files")
 }
 
 func (o *StageOptions) check(runF func(*StageOptions) error) error {
@@ -360,7 +366,7 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 	}
 	var dss []*data.Dataset
 	for _, name := range o.Data {
-		ds, err := data.Resolve(name, data.ResolveOptions{})
+		ds, err := data.Resolve(name, data.ResolveOptions{Adapter: o.Adapter, Columns: o.Columns})
 		if err != nil {
 			return nil, nil, err
 		}

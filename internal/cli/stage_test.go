@@ -270,3 +270,31 @@ func checkSavedEqualsCheckpoint(t *testing.T, dir string) {
 		t.Error("the saved model's logits differ from the trained model's")
 	}
 }
+
+// TestColumnMapping trains on a generic JSON-lines file whose columns are
+// named by the flags.
+func TestColumnMapping(t *testing.T) {
+	mdir := tinyModel(t)
+	path := filepath.Join(t.TempDir(), "pairs.jsonl")
+	rows := `{"q": "\n\nHuman: hi\n\nAssistant:", "good": " hello there", "bad": " go away"}
+{"q": "\n\nHuman: 2+2?\n\nAssistant:", "good": " 4", "bad": " 5"}
+`
+	if err := os.WriteFile(path, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "rw")
+	_, errOut, code := run(t, "--log-format", "json", "reward", "--model", mdir, "--data", path, "--data-split", "0,1,0",
+		"--prompt-column", "q", "--chosen-column", "good", "--rejected-column", "bad", "--max-seq-len", "32",
+		"--max-steps", "2", "--output-dir", out, "--data-cache", "off")
+	if code != 0 {
+		t.Fatalf("reward with a column mapping: %s", lastLine(errOut))
+	}
+	if len(metrics(t, out)) < 2 {
+		t.Error("no training records")
+	}
+	_, errOut, code = run(t, "--log-format", "json", "reward", "--model", mdir, "--data", path, "--data-split", "0,1,0",
+		"--max-seq-len", "32", "--max-steps", "1", "--output-dir", out+"2", "--data-cache", "off")
+	if code == 0 || !strings.Contains(errOut, "prompt") {
+		t.Errorf("missing column: code %d, %s", code, lastLine(errOut))
+	}
+}

@@ -329,7 +329,7 @@ func runStage(ctx context.Context, o *StageOptions) error {
 		log.Warn().Err(err).Msg("training curves not drawn")
 	}
 	ev := log.Info().Int("steps", res.Steps).Float64("first_loss", res.FirstLoss).Float64("last_loss", res.LastLoss).
-		Dur("elapsed", time.Since(start).Round(time.Second))
+		Str("elapsed", time.Since(start).Round(time.Second).String())
 	for k, v := range res.Eval {
 		ev = ev.Float64(k, v)
 	}

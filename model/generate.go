@@ -154,6 +154,13 @@ type Generation struct {
 // Generate continues each prompt by up to maxNew tokens with the KV cache.
 // Prompts are left-padded to a common length; a row stops at EOS.
 func (m *Model) Generate(prompts [][]int32, maxNew int, s *Sampler) ([]Generation, error) {
+	return m.GenerateStream(prompts, maxNew, s, nil)
+}
+
+// GenerateStream is Generate calling onToken for every token as it is
+// picked (row is the prompt's index). onToken returning false stops that
+// row, as EOS does.
+func (m *Model) GenerateStream(prompts [][]int32, maxNew int, s *Sampler, onToken func(row int, tok int32) bool) ([]Generation, error) {
 	B := len(prompts)
 	if B == 0 {
 		return nil, nil
@@ -205,7 +212,8 @@ func (m *Model) Generate(prompts [][]int32, maxNew int, s *Sampler) ([]Generatio
 			next[b] = tok
 			out[b].Tokens = append(out[b].Tokens, tok)
 			out[b].LogProbs = append(out[b].LogProbs, lp)
-			if int(tok) == m.Config.EOSTokenID {
+			stop := onToken != nil && !onToken(b, tok)
+			if int(tok) == m.Config.EOSTokenID || stop {
 				done[b] = true
 			} else {
 				live = true

@@ -298,3 +298,18 @@ func TestColumnMapping(t *testing.T) {
 		t.Errorf("missing column: code %d, %s", code, lastLine(errOut))
 	}
 }
+
+// TestChatPipe talks to a model through a pipe: one answer line per
+// question, "clear" and "quit" handled.
+func TestChatPipe(t *testing.T) {
+	mdir := tinyModel(t)
+	var out, errb bytes.Buffer
+	code := Main([]string{"chat", "--model", mdir, "--max-new-tokens", "5"},
+		strings.NewReader("Hello there\n\nHow are you?\nclear\nWhat is 2+2?\nquit\nignored\n"), &out, &errb)
+	if code != 0 {
+		t.Fatalf("chat: %s", errb.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 3 {
+		t.Errorf("%d answer lines, want 3:\n%q", n, out.String())
+	}
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/tokenizer"
+)
+
+// ChatOptions are the options of `gochat chat`.
+type ChatOptions struct {
+	g            *Globals
+	Model        string
+	Tokenizer    string
+	MaxNewTokens int
+	Sample       model.SampleOptions
+}
+
+func newChatCmd(g *Globals, runF func(*ChatOptions) error) *cobra.Command {
+	opts := &ChatOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "chat --model DIR",
+		Short: "Talk with a model, turn by turn, in the Human:/Assistant: format",
+		Long: `Multi-turn chat with a model in the format it was trained on:
+"\n\nHuman: <your line>\n\nAssistant:". Answers stream token by token and stop at
+EOS or where the model starts the next "Human:" turn. Type "clear" to forget the
+conversation, "quit" (or end the input) to leave. Reads lines from a terminal or
+a pipe; on a pipe only the answers are printed, one per line (newlines inside
+an answer become spaces).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Model == "" {
+				return usageErrorf("--model is required")
+			}
+			if opts.MaxNewTokens < 1 {
+				return usageErrorf("--max-new-tokens must be >= 1")
+			}
+			f := cmd.Flags()
+			opts.Sample.Greedy = !(f.Changed("temperature") || f.Changed("top-k") || f.Changed("top-p"))
+			if err := opts.Sample.Validate(); err != nil {
+				return usageError{err}
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runChat(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
+	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 128, "most tokens per answer")
+	f.Float64Var(&opts.Sample.Temperature, "temperature", 1, "sampling temperature (default: greedy)")
+	f.IntVar(&opts.Sample.TopK, "top-k", 0, "sample from the K most likely tokens")
+	f.Float64Var(&opts.Sample.TopP, "top-p", 1, "sample from the smallest set with this probability mass")
+	f.Uint64Var(&opts.Sample.Seed, "seed", 0, "sampling seed")
+	return cmd
+}
+
+// turnEnd is where a model begins the next human turn.
+const turnEnd = "\n\nHuman:"
+
+func runChat(opts *ChatOptions) error {
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no"})
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model))
+	if err != nil {
+		return err
+	}
+	interactive := isTerminal(opts.g.Out)
+	out := bufio.NewWriter(opts.g.Out)
+	defer out.Flush()
+	in := bufio.NewScanner(opts.g.In)
+	in.Buffer(make([]byte, 1<<20), 1<<24)
+	history := ""
+	for {
+		if interactive {
+			fmt.Fprint(out, "Human: ")
+			out.Flush()
+		}
+		if !in.Scan() {
+			return in.Err()
+		}
+		line := strings.TrimSpace(in.Text())
+		switch line {
+		case "":
+			continue
+		case "quit", "exit":
+			return nil
+		case "clear":
+			history = ""
+			continue
+		}
+		history += "\n\nHuman: " + line + "\n\nAssistant:"
+		ids := tok.Encode(history, true)
+		// Keep the most recent tokens that leave room for the answer.
+		if limit := m.Config.MaxPositions - opts.MaxNewTokens; len(ids) > limit {
+			if limit < 1 {
+				return usageErrorf("--max-new-tokens %d leaves no room for a prompt (max positions %d)", opts.MaxNewTokens, m.Config.MaxPositions)
+			}
+			ids = append(ids[:1:1], ids[len(ids)-limit+1:]...)
+		}
+		s, err := model.NewSampler(opts.Sample)
+		if err != nil {
+			return err
+		}
+		if interactive {
+			fmt.Fprint(out, "Assistant:")
+		}
+		emit := func(seg string) { // a pipe gets one line per answer
+			if !interactive {
+				seg = strings.ReplaceAll(seg, "\n", " ")
+			}
+			fmt.Fprint(out, seg)
+		}
+		var answer []int32
+		shown := 0 // bytes of the answer already printed
+		text := ""
+		_, err = m.GenerateStream([][]int32{ids}, opts.MaxNewTokens, s, func(_ int, t int32) bool {
+			if int(t) == m.Config.EOSTokenID {
+				return false
+			}
+			answer = append(answer, t)
+			text, _ = tok.Decode(answer, true)
+			if i := strings.Index(text, turnEnd); i >= 0 {
+				text = text[:i]
+				return false
+			}
+			// Print what is complete: hold back a partial UTF-8 character
+			// and anything that could be the start of the next turn.
+			end := len(text)
+			for end > shown && !utf8.ValidString(text[shown:end]) {
+				end--
+			}
+			if j := strings.LastIndex(text[:end], "\n"); j >= shown && strings.HasPrefix(turnEnd, text[j:end]) {
+				end = j
+			}
+			if end > shown {
+				emit(text[shown:end])
+				out.Flush()
+				shown = end
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		text = strings.TrimRight(text, "\n")
+		if len(text) > shown {
+			emit(text[shown:])
+		}
+		fmt.Fprintln(out)
+		out.Flush()
+		history += text
+	}
+}

@@ -164,3 +164,17 @@ func TestInit(t *testing.T) {
 		t.Errorf("unknown architecture: code %d", code)
 	}
 }
+
+func TestRecipes(t *testing.T) {
+	out, _, code := run(t, "recipes")
+	if code != 0 || !strings.Contains(out, "opt-1.3b-single-gpu") {
+		t.Errorf("recipes: %d %q", code, out)
+	}
+	out, _, code = run(t, "recipes", "show", "opt-1.3b-single-gpu")
+	if code != 0 || !strings.Contains(out, "learning-rate") {
+		t.Errorf("recipes show: %d %q", code, out)
+	}
+	if _, _, code := run(t, "recipes", "show", "nope"); code != exitUsage {
+		t.Errorf("unknown recipe: code %d", code)
+	}
+}

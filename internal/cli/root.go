@@ -130,6 +130,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newTokenizeCmd(g, nil),
 		newDataCmd(g, nil),
 		newBenchCmd(g),
+		newRecipesCmd(g),
 		newInitCmd(g, nil),
 		newSFTCmd(g, nil),
 		newRewardCmd(g, nil),

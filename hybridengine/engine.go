@@ -1,0 +1,206 @@
+// Package hybridengine is the actor engine of PPO (DESIGN.md §4): one model
+// that switches explicitly between two modes.
+//
+//   - Train mode: the model as training sees it, with its LoRA adapters
+//     attached (unfused), optionally with gradient checkpointing. Model and
+//     TrainActs are available only here.
+//   - Generate mode: entered by EnterGenerate or by the first Generate. With
+//     LoRA, the base parameters are copied into a separate inference
+//     workspace and every adapter's W + scaling·leftᵀ·rightᵀ is written
+//     there; decoding runs on that workspace with no adapter, so the base
+//     weights are never modified. Without LoRA the base weights are used as
+//     they are. Generate decodes batches of left-padded prompts with a KV
+//     cache sized for the batch. InferenceModel is available only here.
+//
+// Train leaves Generate mode and releases the workspace and the KV cache,
+// or keeps them for the next Generate mode with Options.KeepInferenceCache
+// (--keep-inference-cache); the workspace is re-fused on every entry into
+// Generate mode because training changes the weights.
+//
+// Invariants (tested): Generate-mode logits equal Train-mode logits (exactly
+// without LoRA, up to float32 rounding with it); the base weights are
+// bit-identical after Generate; KV-cache decoding equals the full forward at
+// every real position; a row's continuation depends only on its prompt, its
+// row index and the seed, not on the other rows of its batch or on its left
+// padding.
+package hybridengine
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+)
+
+// Mode is the state of an Engine.
+type Mode int
+
+// The two modes.
+const (
+	TrainMode Mode = iota
+	GenerateMode
+)
+
+func (m Mode) String() string {
+	switch m {
+	case TrainMode:
+		return "train"
+	case GenerateMode:
+		return "generate"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Options configure an Engine.
+type Options struct {
+	// MaxAnswerLen is the most tokens generated per prompt
+	// (--max-answer-seq-len).
+	MaxAnswerLen int
+	// Sample chooses greedy or sampled decoding. Sample.Seed and a row's
+	// index (Prompts.Rows) key the row's own random stream.
+	Sample model.SampleOptions
+	// IgnoreEOS keeps generating after EOS (benchmarks); normally a row
+	// stops at EOS.
+	IgnoreEOS bool
+	// KeepInferenceCache keeps the inference workspace and the KV cache
+	// across Train (--keep-inference-cache): faster mode switches, more
+	// memory held during training.
+	KeepInferenceCache bool
+	// GradientCheckpointing makes TrainActs recompute each layer in the
+	// backward pass (--actor-gradient-checkpointing).
+	GradientCheckpointing bool
+}
+
+// Engine is the actor of PPO in Train or Generate mode. It is not safe for
+// concurrent use.
+type Engine struct {
+	m    *model.Model
+	lo   *lora.LoRA
+	opts Options
+	mode Mode
+
+	ws  kernels.Buffer // inference workspace (base + fused LoRA); nil without LoRA
+	inf *model.Model   // Generate-mode model: a view over ws, or m without LoRA
+	kc  *model.Cache
+}
+
+// New returns an engine in Train mode for m and its adapters lo (nil: no
+// LoRA). It attaches lo to m as m's adapter (detaching any other).
+func New(m *model.Model, lo *lora.LoRA, opts Options) (*Engine, error) {
+	if opts.MaxAnswerLen < 1 {
+		return nil, fmt.Errorf("hybridengine: max answer length must be >= 1, got %d", opts.MaxAnswerLen)
+	}
+	if opts.MaxAnswerLen >= m.Config.MaxPositions {
+		return nil, fmt.Errorf("hybridengine: max answer length %d leaves no room for a prompt in max_position_embeddings %d", opts.MaxAnswerLen, m.Config.MaxPositions)
+	}
+	if err := opts.Sample.Validate(); err != nil {
+		return nil, fmt.Errorf("hybridengine: %w", err)
+	}
+	if lo != nil { // not SetAdapter(lo) for both: a nil *LoRA is a non-nil Adapter
+		m.SetAdapter(lo)
+	} else {
+		m.SetAdapter(nil)
+	}
+	return &Engine{m: m, lo: lo, opts: opts}, nil
+}
+
+// Mode reports the current mode.
+func (e *Engine) Mode() Mode { return e.mode }
+
+// Options returns the engine's options.
+func (e *Engine) Options() Options { return e.opts }
+
+// Model returns the Train-mode model (with the LoRA adapters attached) for
+// forward and backward passes and optimizer steps. It is an error in
+// Generate mode.
+func (e *Engine) Model() (*model.Model, error) {
+	if err := e.want(TrainMode, "Model"); err != nil {
+		return nil, err
+	}
+	return e.m, nil
+}
+
+// TrainActs allocates activation buffers for training on [b,t] batches:
+// opts with Train set, and Checkpoint set when the engine uses gradient
+// checkpointing. It is an error in Generate mode.
+func (e *Engine) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error) {
+	if err := e.want(TrainMode, "TrainActs"); err != nil {
+		return nil, err
+	}
+	opts.Train = true
+	opts.Checkpoint = opts.Checkpoint || e.opts.GradientCheckpointing
+	return e.m.NewActs(b, t, opts), nil
+}
+
+// InferenceModel returns the Generate-mode model: the fused workspace with
+// no adapter (the base model itself without LoRA). Use it for passes that
+// need no gradients while in Generate mode; it must not be trained. It is
+// an error in Train mode.
+func (e *Engine) InferenceModel() (*model.Model, error) {
+	if err := e.want(GenerateMode, "InferenceModel"); err != nil {
+		return nil, err
+	}
+	return e.inf, nil
+}
+
+func (e *Engine) want(m Mode, op string) error {
+	if e.mode != m {
+		return fmt.Errorf("hybridengine: %s needs %s mode; the engine is in %s mode", op, m, e.mode)
+	}
+	return nil
+}
+
+// EnterGenerate switches to Generate mode: with LoRA it copies the base
+// parameters into the inference workspace (allocated unless kept) and fuses
+// the adapters there. It does nothing in Generate mode.
+func (e *Engine) EnterGenerate() error {
+	if e.mode == GenerateMode {
+		return nil
+	}
+	if e.lo == nil {
+		e.inf = e.m
+	} else {
+		d := e.m.Dev
+		if e.ws == nil {
+			e.ws = d.Alloc(kernels.F32, e.m.NumParams())
+			e.inf = e.m.WithParams(e.ws)
+		}
+		d.Copy(e.ws, e.m.Params.Flat)
+		e.lo.Fuse(e.ws)
+		if err := d.Sync(); err != nil {
+			return fmt.Errorf("hybridengine: fusing LoRA into the inference workspace: %w", err)
+		}
+	}
+	e.mode = GenerateMode
+	return nil
+}
+
+// Train switches to Train mode, releasing the inference workspace and the
+// KV cache unless Options.KeepInferenceCache is set. It does nothing in
+// Train mode.
+func (e *Engine) Train() {
+	if e.mode == TrainMode {
+		return
+	}
+	if !e.opts.KeepInferenceCache {
+		e.ws, e.inf, e.kc = nil, nil, nil
+	}
+	e.mode = TrainMode
+}
+
+// cache returns a reset KV cache for b rows of up to tmax positions with
+// prefill chunks of chunk positions, reusing the engine's when it fits.
+func (e *Engine) cache(b, tmax, chunk int) (*model.Cache, error) {
+	if kc := e.kc; kc != nil && kc.B == b && kc.Tmax >= tmax && kc.MaxChunk >= chunk {
+		kc.Reset()
+		return kc, nil
+	}
+	e.kc = nil // let the old one go before allocating the new one
+	kc, err := e.inf.NewCache(b, tmax, chunk)
+	if err != nil {
+		return nil, fmt.Errorf("hybridengine: %w", err)
+	}
+	e.kc = kc
+	return kc, nil
+}

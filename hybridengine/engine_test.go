@@ -1,0 +1,534 @@
+package hybridengine
+
+import (
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+)
+
+var goldenModels = []string{"preln", "postln"}
+
+// loadGolden loads one of model's tiny test models (max_position_embeddings
+// 16, vocabulary 96).
+func loadGolden(t testing.TB, name string) *model.Model {
+	t.Helper()
+	dev, err := cpu.New(cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// newLoRA returns adapters on every decoder linear layer with random
+// (non-zero) weights, so that fusing them matters.
+func newLoRA(t testing.TB, m *model.Model, seed uint64) *lora.LoRA {
+	t.Helper()
+	lo, err := lora.New(m, lora.Config{Dim: 4}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomizeLoRA(m, lo, seed)
+	return lo
+}
+
+func randomizeLoRA(m *model.Model, lo *lora.LoRA, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	h := make([]float32, lo.NumParams())
+	for i := range h {
+		h[i] = float32(rng.NormFloat64() * 0.3)
+	}
+	m.Dev.WriteF32(lo.Params, h)
+}
+
+func newEngine(t testing.TB, m *model.Model, lo *lora.LoRA, opts Options) *Engine {
+	t.Helper()
+	e, err := New(m, lo, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var greedy = model.SampleOptions{Greedy: true}
+
+// sampled is a non-trivial sampling configuration: every filter active.
+var sampled = model.SampleOptions{Temperature: 0.8, TopK: 20, TopP: 0.9, Seed: 42}
+
+// randomPrompts returns n prompts of the given lengths with random tokens
+// (not PAD or EOS).
+func randomPrompts(m *model.Model, seed uint64, lens ...int) [][]int32 {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	out := make([][]int32, len(lens))
+	for i, n := range lens {
+		for range n {
+			out[i] = append(out[i], int32(3+rng.IntN(m.Config.VocabSize-3)))
+		}
+	}
+	return out
+}
+
+// leftPad batches prompts left-padded to length t, as data.Collator.Prompts
+// does.
+func leftPad(m *model.Model, prompts [][]int32, t int) Prompts {
+	p := Prompts{B: len(prompts), T: t, IDs: make([]int32, len(prompts)*t), Mask: make([]int32, len(prompts)*t)}
+	for b, pr := range prompts {
+		for j := range t {
+			k := j - (t - len(pr))
+			if k < 0 {
+				p.IDs[b*t+j] = int32(m.Config.PadTokenID)
+				continue
+			}
+			p.IDs[b*t+j], p.Mask[b*t+j] = pr[k], 1
+		}
+	}
+	return p
+}
+
+func forwardLogits(t *testing.T, m *model.Model, ids, mask []int32, b, tt int) []float32 {
+	t.Helper()
+	a := m.NewActs(b, tt, model.ActsOptions{})
+	if err := m.Forward(a, model.Batch{IDs: ids, Mask: mask}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Logits(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// maxRelDiff is max|got-want| / max|want|.
+func maxRelDiff(got, want []float32) float64 {
+	var d, s float64
+	for i := range want {
+		d = math.Max(d, math.Abs(float64(got[i])-float64(want[i])))
+		s = math.Max(s, math.Abs(float64(want[i])))
+	}
+	return d / s
+}
+
+func hostParams(m *model.Model) []float32 {
+	h := make([]float32, m.NumParams())
+	m.Dev.ReadF32(h, m.Params.Flat)
+	return h
+}
+
+func TestGenerateModeLogitsEqualTrainMode(t *testing.T) {
+	for _, name := range goldenModels {
+		for _, withLoRA := range []bool{false, true} {
+			t.Run(name+map[bool]string{false: "/base", true: "/lora"}[withLoRA], func(t *testing.T) {
+				m := loadGolden(t, name)
+				p := leftPad(m, randomPrompts(m, 1, 10, 7, 3), 10)
+				base := forwardLogits(t, m, p.IDs, p.Mask, p.B, p.T)
+				var lo *lora.LoRA
+				if withLoRA {
+					lo = newLoRA(t, m, 5)
+				}
+				e := newEngine(t, m, lo, Options{MaxAnswerLen: 4, Sample: greedy})
+				tm, err := e.Model()
+				if err != nil {
+					t.Fatal(err)
+				}
+				train := forwardLogits(t, tm, p.IDs, p.Mask, p.B, p.T)
+				if withLoRA && maxRelDiff(train, base) < 1e-3 {
+					t.Fatal("the random LoRA adapters do not change the Train-mode logits")
+				}
+				if err := e.EnterGenerate(); err != nil {
+					t.Fatal(err)
+				}
+				im, err := e.InferenceModel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				gen := forwardLogits(t, im, p.IDs, p.Mask, p.B, p.T)
+				if !withLoRA {
+					if !slices.Equal(gen, train) {
+						t.Errorf("Generate-mode logits differ from Train-mode logits (max rel %.3g)", maxRelDiff(gen, train))
+					}
+				} else if d := maxRelDiff(gen, train); d > 1e-5 {
+					t.Errorf("fused Generate-mode logits differ from Train-mode logits: max rel %.3g > 1e-5", d)
+				}
+				e.Train()
+				if again := forwardLogits(t, tm, p.IDs, p.Mask, p.B, p.T); !slices.Equal(again, train) {
+					t.Error("Train-mode logits changed after a round trip through Generate mode")
+				}
+			})
+		}
+	}
+}
+
+func TestBaseWeightsBitIdenticalAfterGenerate(t *testing.T) {
+	for _, name := range goldenModels {
+		m := loadGolden(t, name)
+		lo := newLoRA(t, m, 6)
+		before := hostParams(m)
+		loBefore := make([]float32, lo.NumParams())
+		m.Dev.ReadF32(loBefore, lo.Params)
+		e := newEngine(t, m, lo, Options{MaxAnswerLen: 6, Sample: sampled})
+		p := leftPad(m, randomPrompts(m, 2, 8, 5, 1, 8), 8)
+		for range 2 {
+			if _, err := e.Generate(p); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(hostParams(m), before) {
+				t.Fatalf("%s: base weights changed in Generate mode", name)
+			}
+			e.Train()
+		}
+		if !slices.Equal(hostParams(m), before) {
+			t.Errorf("%s: base weights changed after Generate and Train", name)
+		}
+		loAfter := make([]float32, lo.NumParams())
+		m.Dev.ReadF32(loAfter, lo.Params)
+		if !slices.Equal(loAfter, loBefore) {
+			t.Errorf("%s: LoRA weights changed", name)
+		}
+	}
+}
+
+// TestDecodingMatchesFullForward checks, through the engine, that what the
+// KV-cache decoding computed at every real answer position equals the full
+// Train-mode forward over the finished sequences: the log-probabilities of
+// the generated tokens, and greedy tokens being the forward's argmax.
+func TestDecodingMatchesFullForward(t *testing.T) {
+	for _, name := range goldenModels {
+		for _, withLoRA := range []bool{false, true} {
+			t.Run(name+map[bool]string{false: "/base", true: "/lora"}[withLoRA], func(t *testing.T) {
+				m := loadGolden(t, name)
+				var lo *lora.LoRA
+				if withLoRA {
+					lo = newLoRA(t, m, 7)
+				}
+				e := newEngine(t, m, lo, Options{MaxAnswerLen: 7, Sample: greedy, IgnoreEOS: true})
+				p := leftPad(m, randomPrompts(m, 3, 9, 4, 1), 9)
+				r, err := e.Generate(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Train()
+				tm, _ := e.Model()
+				full := forwardLogits(t, tm, r.Seq, r.Mask, r.B, r.T)
+				V := m.Config.VocabSize
+				checked := 0
+				for b := range r.B {
+					for j := range r.AnswerLens[b] {
+						pos := r.PromptLen + j - 1 // the position that predicts answer token j
+						row := full[(b*r.T+pos)*V : (b*r.T+pos+1)*V]
+						tok := r.Seq[b*r.T+r.PromptLen+j]
+						want := model.LogSoftmaxAt(row, int(tok))
+						got := r.LogProbs[b*r.AnswerLen+j]
+						if math.Abs(float64(got-want)) > 1e-5*math.Max(1, math.Abs(float64(want))) {
+							t.Errorf("row %d answer token %d: cached decoding log p %v, full forward %v", b, j, got, want)
+						}
+						if top, second := top2(row); row[tok] != top && top-second > 1e-4 {
+							t.Errorf("row %d answer token %d: greedy picked %d, not the full forward's argmax", b, j, tok)
+						}
+						checked++
+					}
+				}
+				if checked != r.B*7 {
+					t.Errorf("checked %d positions, want %d", checked, r.B*7)
+				}
+			})
+		}
+	}
+}
+
+func top2(x []float32) (float32, float32) {
+	a, b := float32(math.Inf(-1)), float32(math.Inf(-1))
+	for _, v := range x {
+		if v > a {
+			a, b = v, a
+		} else if v > b {
+			b = v
+		}
+	}
+	return a, b
+}
+
+// TestRowsIndependentOfBatch: a prompt's continuation is the same whether it
+// is decoded alone or among 8 prompts of other lengths, left-padded or not,
+// for greedy and seeded sampled decoding, and the same on a second run.
+func TestRowsIndependentOfBatch(t *testing.T) {
+	for _, name := range goldenModels {
+		for _, so := range []model.SampleOptions{greedy, sampled} {
+			mode := "greedy"
+			if !so.Greedy {
+				mode = "sampled"
+			}
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				m := loadGolden(t, name)
+				e := newEngine(t, m, newLoRA(t, m, 8), Options{MaxAnswerLen: 8, Sample: so})
+				prompts := randomPrompts(m, 4, 8, 3, 1, 6, 8, 2, 5, 7)
+				p := leftPad(m, prompts, 8)
+				r8, err := e.Generate(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				again, err := e.Generate(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(again.Seq, r8.Seq) || !slices.Equal(again.LogProbs, r8.LogProbs) {
+					t.Error("a second run of the same batch gives different answers")
+				}
+				for b, pr := range prompts {
+					one := leftPad(m, [][]int32{pr}, len(pr))
+					one.Rows = []uint64{uint64(b)}
+					r1, err := e.Generate(one)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(r1.Answer(0), r8.Answer(b)) {
+						t.Errorf("prompt %d: alone %v, in a batch of 8 %v", b, r1.Answer(0), r8.Answer(b))
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestLeftPaddingGivesSameContinuation(t *testing.T) {
+	for _, name := range goldenModels {
+		for _, so := range []model.SampleOptions{greedy, sampled} {
+			m := loadGolden(t, name)
+			e := newEngine(t, m, newLoRA(t, m, 9), Options{MaxAnswerLen: 6, Sample: so})
+			pr := randomPrompts(m, 5, 5)
+			plain, err := e.Generate(leftPad(m, pr, 5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			padded, err := e.Generate(leftPad(m, pr, 10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(plain.Answer(0), padded.Answer(0)) {
+				t.Errorf("%s greedy=%v: unpadded %v, padded by 5 %v", name, so.Greedy, plain.Answer(0), padded.Answer(0))
+			}
+			if d := maxRelDiff(padded.LogProbs, plain.LogProbs); d > 1e-5 {
+				t.Errorf("%s greedy=%v: log-probabilities differ with padding: max rel %.3g", name, so.Greedy, d)
+			}
+			if padded.T != 10+padded.AnswerLen || !slices.Equal(padded.Mask[:5], []int32{0, 0, 0, 0, 0}) {
+				t.Errorf("%s: padded rollout shape T=%d, mask %v", name, padded.T, padded.Mask)
+			}
+		}
+	}
+}
+
+func TestEOSAndMaxAnswerLen(t *testing.T) {
+	m := loadGolden(t, "preln")
+	p := leftPad(m, randomPrompts(m, 6, 4, 2, 6, 3), 6)
+	// Without EOS every row runs to the maximum.
+	free, err := newEngine(t, m, nil, Options{MaxAnswerLen: 9, Sample: greedy, IgnoreEOS: true}).Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free.AnswerLen != 9 || free.T != 15 || free.Stats.Tokens != 4*9 || free.Stats.Steps != 9 {
+		t.Fatalf("IgnoreEOS: answer length %d, T %d, tokens %d, steps %d; want 9, 15, 36, 9", free.AnswerLen, free.T, free.Stats.Tokens, free.Stats.Steps)
+	}
+	short, err := newEngine(t, m, nil, Options{MaxAnswerLen: 3, Sample: greedy, IgnoreEOS: true}).Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range p.B {
+		if !slices.Equal(short.Answer(b), free.Answer(b)[:3]) {
+			t.Errorf("max answer length 3, row %d: %v, want the first 3 of %v", b, short.Answer(b), free.Answer(b))
+		}
+	}
+	if short.AnswerLen != 3 || short.T != 9 {
+		t.Errorf("max answer length 3: answer length %d, T %d", short.AnswerLen, short.T)
+	}
+
+	// Make row 0's third token the EOS: rows stop at their first EOS, the
+	// others are undisturbed.
+	eos := free.Answer(0)[2]
+	m.Config.EOSTokenID = int(eos)
+	r, err := newEngine(t, m, nil, Options{MaxAnswerLen: 9, Sample: greedy}).Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	longest := 0
+	for b := range p.B {
+		want := free.Answer(b)
+		if i := slices.Index(want, eos); i >= 0 {
+			want = want[:i+1]
+		}
+		longest = max(longest, len(want))
+		if !slices.Equal(r.Answer(b), want) {
+			t.Errorf("row %d: answer %v, want %v", b, r.Answer(b), want)
+		}
+		for j := len(want); j < r.AnswerLen; j++ {
+			k := b*r.T + r.PromptLen + j
+			if r.Seq[k] != int32(m.Config.PadTokenID) || r.Mask[k] != 0 || r.LogProbs[b*r.AnswerLen+j] != 0 {
+				t.Errorf("row %d position %d after EOS: token %d mask %d log p %v, want PAD, 0, 0", b, j, r.Seq[k], r.Mask[k], r.LogProbs[b*r.AnswerLen+j])
+			}
+		}
+		for j := range len(want) {
+			if r.Mask[b*r.T+r.PromptLen+j] != 1 {
+				t.Errorf("row %d answer token %d has mask 0", b, j)
+			}
+		}
+	}
+	if r.AnswerLens[0] > 3 {
+		t.Errorf("row 0 did not stop at EOS: %v", r.Answer(0))
+	}
+	if r.AnswerLen != longest {
+		t.Errorf("answer length %d, want the longest answer %d", r.AnswerLen, longest)
+	}
+}
+
+func TestModes(t *testing.T) {
+	m := loadGolden(t, "postln")
+	lo := newLoRA(t, m, 10)
+	e := newEngine(t, m, lo, Options{MaxAnswerLen: 4, Sample: greedy, GradientCheckpointing: true})
+	if e.Mode() != TrainMode {
+		t.Fatalf("new engine in %v mode", e.Mode())
+	}
+	if _, err := e.InferenceModel(); err == nil || !strings.Contains(err.Error(), "needs generate mode") {
+		t.Errorf("InferenceModel in Train mode: %v", err)
+	}
+	if _, err := e.TrainActs(1, 4, model.ActsOptions{}); err != nil {
+		t.Errorf("TrainActs in Train mode: %v", err)
+	}
+	p := leftPad(m, randomPrompts(m, 7, 3, 5), 5)
+	r, err := e.Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Mode() != GenerateMode || r.Stats.SwitchSeconds <= 0 {
+		t.Errorf("after Generate: mode %v, switch time %v", e.Mode(), r.Stats.SwitchSeconds)
+	}
+	if _, err := e.Model(); err == nil || !strings.Contains(err.Error(), "Model needs train mode; the engine is in generate mode") {
+		t.Errorf("Model in Generate mode: %v", err)
+	}
+	if _, err := e.TrainActs(1, 4, model.ActsOptions{}); err == nil {
+		t.Error("TrainActs in Generate mode: no error")
+	}
+	r2, err := e.Generate(p) // stays in Generate mode
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Stats.SwitchSeconds != 0 || r2.Stats.Tokens == 0 || r2.Stats.Seconds <= 0 || r2.Stats.TokensPerSecond() <= 0 {
+		t.Errorf("second Generate stats %+v", r2.Stats)
+	}
+	e.Train()
+	if e.Mode() != TrainMode || e.ws != nil || e.kc != nil || e.inf != nil {
+		t.Errorf("after Train: mode %v, workspace/cache/model still held: %v %v %v", e.Mode(), e.ws != nil, e.kc != nil, e.inf != nil)
+	}
+	e.Train() // a no-op
+	if tm, err := e.Model(); err != nil || tm != m {
+		t.Errorf("Model in Train mode: %v", err)
+	}
+}
+
+// TestKeepInferenceCache: the workspace and the cache survive Train and are
+// reused, and the workspace is re-fused from the current weights.
+func TestKeepInferenceCache(t *testing.T) {
+	m := loadGolden(t, "preln")
+	lo := newLoRA(t, m, 11)
+	e := newEngine(t, m, lo, Options{MaxAnswerLen: 5, Sample: greedy, KeepInferenceCache: true})
+	p := leftPad(m, randomPrompts(m, 8, 6, 2), 6)
+	if _, err := e.Generate(p); err != nil {
+		t.Fatal(err)
+	}
+	inf, kc := e.inf, e.kc // the view over the workspace
+	e.Train()
+	if e.ws == nil || e.kc == nil {
+		t.Fatal("KeepInferenceCache: workspace or cache released")
+	}
+	// Training changes the weights (base and adapters) between generations.
+	randomizeLoRA(m, lo, 12)
+	m.Dev.Zero(m.Params.Layers[1].FC2B)
+	tm, _ := e.Model()
+	train := forwardLogits(t, tm, p.IDs, p.Mask, p.B, p.T)
+	r, err := e.Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.inf != inf || e.kc != kc {
+		t.Error("the kept workspace or cache was not reused")
+	}
+	im, _ := e.InferenceModel()
+	if d := maxRelDiff(forwardLogits(t, im, p.IDs, p.Mask, p.B, p.T), train); d > 1e-5 {
+		t.Errorf("kept workspace not re-fused from the new weights: max rel %.3g", d)
+	}
+	// A fresh engine over the same weights generates the same.
+	e.Train()
+	fresh, err := newEngine(t, m, lo, Options{MaxAnswerLen: 5, Sample: greedy}).Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fresh.Seq, r.Seq) {
+		t.Errorf("kept cache: %v, fresh engine: %v", r.Seq, fresh.Seq)
+	}
+	// A batch of another size gets a new cache.
+	if _, err := e.Generate(leftPad(m, randomPrompts(m, 9, 3), 3)); err != nil {
+		t.Fatal(err)
+	}
+	if e.kc == kc || e.kc.B != 1 {
+		t.Error("the cache was not reallocated for a batch of another size")
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	m := loadGolden(t, "preln")
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no answer", Options{Sample: greedy}, "max answer length must be >= 1"},
+		{"long answer", Options{MaxAnswerLen: 16, Sample: greedy}, "leaves no room"},
+		{"sampling", Options{MaxAnswerLen: 4, Sample: model.SampleOptions{Temperature: 0}}, "temperature"},
+	} {
+		if _, err := New(m, nil, c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	e := newEngine(t, m, nil, Options{MaxAnswerLen: 8, Sample: greedy})
+	good := leftPad(m, randomPrompts(m, 10, 2, 3), 3)
+	for _, c := range []struct {
+		name string
+		edit func(p *Prompts)
+		want string
+	}{
+		{"right padded", func(p *Prompts) { p.Mask = []int32{1, 1, 0, 1, 1, 1} }, "does not end with a real token"},
+		{"hole", func(p *Prompts) { p.Mask = []int32{1, 0, 1, 1, 1, 1} }, "left padding"},
+		{"mask value", func(p *Prompts) { p.Mask = []int32{0, 2, 1, 1, 1, 1} }, "left padding"},
+		{"shape", func(p *Prompts) { p.IDs = p.IDs[:5] }, "want [2,3]"},
+		{"rows", func(p *Prompts) { p.Rows = []uint64{1} }, "row indices"},
+		{"too long", func(p *Prompts) { *p = leftPad(m, randomPrompts(m, 11, 9), 9) }, "exceed max_position_embeddings"},
+		{"vocabulary", func(p *Prompts) { p.IDs = []int32{1, 5, 500, 7, 8, 9} }, "outside the vocabulary"},
+	} {
+		p := good
+		p.IDs, p.Mask = slices.Clone(good.IDs), slices.Clone(good.Mask)
+		c.edit(&p)
+		if _, err := e.Generate(p); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestRowSeed(t *testing.T) {
+	seen := map[uint64]bool{}
+	for _, seed := range []uint64{0, 1, 42} {
+		for row := range uint64(100) {
+			s := rowSeed(seed, row)
+			if seen[s] {
+				t.Fatalf("rowSeed(%d, %d) repeats a seed", seed, row)
+			}
+			seen[s] = true
+		}
+	}
+}

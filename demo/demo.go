@@ -1,0 +1,181 @@
+// Package demo makes gochat's self-contained demo task: arithmetic questions
+// whose answers an exact checker can grade, a byte-level tokenizer for them,
+// and the data of the three steps. The SFT data is deliberately imperfect
+// (some answers are wrong), the preference pairs always prefer the right
+// answer, so step 3 has something to fix that the checker can measure.
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// Question is one addition problem.
+type Question struct{ A, B int }
+
+// Prompt is the question in the Human/Assistant format of DeepSpeed-Chat's
+// data (REFERENCE.md §3).
+func (q Question) Prompt() string {
+	return fmt.Sprintf("\n\nHuman: What is %d+%d?\n\nAssistant:", q.A, q.B)
+}
+
+// Answer is the correct response text (responses start with a space).
+func (q Question) Answer() string { return fmt.Sprintf(" %d", q.A+q.B) }
+
+var number = regexp.MustCompile(`-?\d+`)
+
+// Correct is the exact checker: the first integer of the response equals
+// the sum.
+func (q Question) Correct(response string) bool {
+	m := number.FindString(response)
+	if m == "" {
+		return false
+	}
+	v, err := strconv.Atoi(m)
+	return err == nil && v == q.A+q.B
+}
+
+// wrong returns a plausible wrong answer (off by 1 to 3).
+func wrong(q Question, rng *rand.Rand) string {
+	d := 1 + rng.IntN(3)
+	if rng.IntN(2) == 0 {
+		d = -d
+	}
+	return fmt.Sprintf(" %d", q.A+q.B+d)
+}
+
+// Options size the task.
+type Options struct {
+	Seed        uint64
+	Max         int     // operands are in [0, Max)
+	SFT         int     // SFT examples
+	Pairs       int     // reward-model pairs
+	Prompts     int     // PPO prompts
+	Eval        int     // held-out evaluation prompts
+	SFTAccuracy float64 // fraction of SFT answers that are right
+}
+
+// DefaultOptions is the size the demo recipe uses.
+var DefaultOptions = Options{Seed: 1, Max: 20, SFT: 600, Pairs: 600, Prompts: 256, Eval: 100, SFTAccuracy: 0.6}
+
+// Row is one line of the generated JSON-lines files (the generic
+// prompt/chosen/rejected columns).
+type Row struct {
+	Prompt   string `json:"prompt"`
+	Chosen   string `json:"chosen"`
+	Rejected string `json:"rejected"`
+}
+
+// Task is the generated data: every question appears in exactly one part.
+type Task struct {
+	SFT, Pairs, Prompts, Eval []Row
+	EvalQuestions             []Question
+}
+
+// Make generates the task. Questions are drawn without replacement across
+// the parts while the operand space allows, so the evaluation prompts are
+// never seen in training; with more requested rows than distinct questions
+// the training parts repeat questions but never evaluation ones.
+func Make(o Options) (*Task, error) {
+	total := o.Max * o.Max
+	if o.Eval >= total {
+		return nil, fmt.Errorf("demo: %d evaluation questions need more than %d distinct ones (raise Max)", o.Eval, total)
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0xde30))
+	perm := rng.Perm(total)
+	q := func(i int) Question { return Question{perm[i] / o.Max, perm[i] % o.Max} }
+	t := &Task{}
+	for i := range o.Eval {
+		qq := q(i)
+		t.EvalQuestions = append(t.EvalQuestions, qq)
+		t.Eval = append(t.Eval, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+	}
+	train := total - o.Eval
+	next := 0
+	draw := func() Question { qq := q(o.Eval + next%train); next++; return qq }
+	for range o.SFT {
+		qq := draw()
+		ans := qq.Answer()
+		if rng.Float64() >= o.SFTAccuracy {
+			ans = wrong(qq, rng)
+		}
+		t.SFT = append(t.SFT, Row{qq.Prompt(), ans, wrong(qq, rng)})
+	}
+	for range o.Pairs {
+		qq := draw()
+		t.Pairs = append(t.Pairs, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+	}
+	for range o.Prompts {
+		qq := draw()
+		t.Prompts = append(t.Prompts, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+	}
+	return t, nil
+}
+
+// Write stores the parts as sft.jsonl, pairs.jsonl, prompts.jsonl and
+// eval.jsonl in dir.
+func (t *Task) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	for name, rows := range map[string][]Row{"sft": t.SFT, "pairs": t.Pairs, "prompts": t.Prompts, "eval": t.Eval} {
+		var b []byte
+		for _, r := range rows {
+			line, _ := json.Marshal(r)
+			b = append(append(b, line...), '\n')
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".jsonl"), b, 0o644); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	return nil
+}
+
+// WriteTokenizer writes a byte-level tokenizer in the facebook/opt-* file
+// layout: vocab.json with OPT's four special tokens (<s>=0, <pad>=1,
+// </s>=2, <unk>=3) followed by the 256 byte symbols, merges.txt with no
+// merges (every byte is a token), and tokenizer_config.json with
+// add_bos_token. Its vocabulary is 260 tokens.
+func WriteTokenizer(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	vocab := map[string]int{"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+	n := 0
+	for b := 0; b < 256; b++ {
+		var r rune
+		if ('!' <= b && b <= '~') || (0xA1 <= b && b <= 0xAC) || (0xAE <= b && b <= 0xFF) {
+			r = rune(b)
+		} else {
+			r = rune(256 + n)
+			n++
+		}
+		vocab[string(r)] = 4 + b
+	}
+	files := map[string]any{
+		"vocab.json": vocab,
+		"tokenizer_config.json": map[string]any{"add_bos_token": true, "bos_token": "</s>", "eos_token": "</s>",
+			"unk_token": "</s>", "pad_token": "<pad>"},
+	}
+	for name, v := range files {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "merges.txt"), []byte("#version: 0.2\n"), 0o644); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}
+
+// VocabSize is the size of the demo tokenizer's vocabulary.
+const VocabSize = 260

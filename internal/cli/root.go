@@ -134,6 +134,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newInitCmd(g, nil),
 		newSFTCmd(g, nil),
 		newRewardCmd(g, nil),
+		newPPOCmd(g, nil),
 	)
 	return root
 }

@@ -313,3 +313,35 @@ func TestChatPipe(t *testing.T) {
 		t.Errorf("%d answer lines, want 3:\n%q", n, out.String())
 	}
 }
+
+// TestPPOSmoke runs step 3 end to end on the shared sample's prompts with a
+// tiny model as actor, critic and reward model.
+func TestPPOSmoke(t *testing.T) {
+	mdir := tinyModel(t)
+	out := filepath.Join(t.TempDir(), "ppo")
+	_, errOut, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
+		"--data-split", "0,0,1", "--max-prompt-seq-len", "100", "--max-answer-seq-len", "8",
+		"--per-device-generation-batch-size", "4", "--per-device-training-batch-size", "2", "--max-steps", "2",
+		"--num-warmup-steps", "0", "--enable-ema", "--output-dir", out, "--data-cache", "off")
+	if code != 0 {
+		t.Fatalf("ppo: %s", lastLine(errOut))
+	}
+	for _, d := range []string{"actor", "critic", "actor_ema"} {
+		if _, err := os.Stat(filepath.Join(out, d, "model.safetensors")); err != nil {
+			t.Errorf("output %s: %v", d, err)
+		}
+	}
+	recs := metrics(t, out)
+	if len(recs) < 2 {
+		t.Fatalf("%d metrics records", len(recs))
+	}
+	for _, k := range []string{"actor_loss", "critic_loss", "reward_score", "kl", "answer_len", "generation_tokens_per_sec", "training_seconds"} {
+		if _, ok := recs[0][k]; !ok {
+			t.Errorf("metrics lack %s", k)
+		}
+	}
+	if _, e, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
+		"--output-dir", out, "--max-steps", "1"); code == 0 || !strings.Contains(e, "already holds") {
+		t.Errorf("existing output: code %d %s", code, lastLine(e))
+	}
+}

@@ -1,0 +1,414 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/hybridengine"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/ppo"
+	"github.com/gochat-ai/gochat/tokenizer"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// PPOOptions are the options of `gochat ppo` (DeepSpeed-Chat's step-3 flags
+// in kebab case).
+type PPOOptions struct {
+	g                 *Globals
+	Actor, Critic     string
+	Reward            string
+	Tokenizer         string
+	Data              []string
+	DataSplit         string
+	GenBatch          int
+	TrainBatch        int
+	GenerationBatches int
+	PPOEpochs         int
+	Epochs            int
+	MaxSteps          int
+	MaxPromptLen      int
+	MaxAnswerLen      int
+	ActorLR, CriticLR float64
+	ActorWD, CriticWD float64
+	Scheduler         string
+	Warmup            int
+	Seed              uint64
+	ActorLoRADim      int
+	CriticLoRADim     int
+	LoRAModule        string
+	OnlyLoRA          bool
+	ActorLoRALR       float64
+	CriticLoRALR      float64
+	ActorCkpt         bool
+	CriticCkpt        bool
+	NoActorDropout    bool
+	NoCriticDropout   bool
+	MaxGradNorm       float64
+	EnableEMA         bool
+	KeepCache         bool
+	PrintAnswers      bool
+	Sample            model.SampleOptions
+	Config            ppo.Config
+	OutputDir         string
+	Overwrite         bool
+	DataCache         string
+	split             data.Split
+}
+
+func newPPOCmd(g *Globals, runF func(*PPOOptions) error) *cobra.Command {
+	o := &PPOOptions{g: g, Config: ppo.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "ppo --actor SFT_DIR --critic REWARD_DIR --data NAME|PATH... --output-dir DIR",
+		Short: "Step 3: PPO with the hybrid engine (actor, frozen reference, critic, frozen reward model)",
+		Long: `Step 3 of RLHF: the actor (from step 1) generates answers to the phase-3
+prompts through the hybrid engine; the frozen reference (a copy of the actor),
+the critic (from step 2, trained) and the frozen reward model (--reward, default
+the critic's starting point) score them; then PPO updates the actor and the
+critic (KL-penalised rewards, GAE, clipped losses), optionally with an actor
+EMA. The output directory receives actor/, critic/ (and actor_ema/) as Hugging
+Face directories, metrics.jsonl and training curves.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case o.Actor == "" || o.Critic == "":
+				return usageErrorf("--actor and --critic are required")
+			case len(o.Data) == 0:
+				return usageErrorf("--data is required")
+			case o.OutputDir == "":
+				return usageErrorf("--output-dir is required")
+			case o.GenBatch < 1 || o.TrainBatch < 1 || o.GenerationBatches < 1 || o.PPOEpochs < 1:
+				return usageErrorf("batch sizes, --generation-batches and --ppo-epochs must be >= 1")
+			case o.MaxPromptLen < 1 || o.MaxAnswerLen < 2:
+				return usageErrorf("--max-prompt-seq-len must be >= 1 and --max-answer-seq-len >= 2")
+			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
+				return usageErrorf("--only-optimize-lora needs --actor-lora-dim or --critic-lora-dim")
+			}
+			f := cmd.Flags()
+			o.Sample.Greedy = f.Changed("greedy")
+			if err := o.Sample.Validate(); err != nil {
+				return usageError{err}
+			}
+			o.Config.ActorLR, o.Config.CriticLR = o.ActorLR, o.CriticLR
+			if err := o.Config.Validate(); err != nil {
+				return usageError{err}
+			}
+			if _, err := optim.NewSchedule(o.Scheduler, 0, 1); err != nil {
+				return usageErrorf("--lr-scheduler-type: %v", err)
+			}
+			sp, err := data.ParseSplit(o.DataSplit)
+			if err != nil || len(sp) != 3 {
+				return usageErrorf("--data-split %q: want three proportions like 2,4,4", o.DataSplit)
+			}
+			o.split = sp
+			if o.Reward == "" {
+				o.Reward = o.Critic
+			}
+			if o.Tokenizer == "" {
+				o.Tokenizer = o.Actor
+			}
+			if runF != nil {
+				return runF(o)
+			}
+			return runPPO(context.Background(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Actor, "actor", "", "step-1 model directory (the actor and the frozen reference)")
+	f.StringVar(&o.Critic, "critic", "", "step-2 model directory (the critic's starting point)")
+	f.StringVar(&o.Reward, "reward", "", "reward model directory (default: --critic)")
+	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --actor)")
+	f.StringSliceVar(&o.Data, "data", nil, "prompt datasets (their phase-3 slice)")
+	f.StringVar(&o.DataSplit, "data-split", "2,4,4", "proportions of the rows for steps 1, 2 and 3")
+	f.IntVar(&o.GenBatch, "per-device-generation-batch-size", 16, "prompts per generation batch")
+	f.IntVar(&o.TrainBatch, "per-device-training-batch-size", 16, "experience rows per PPO micro-batch")
+	f.IntVar(&o.GenerationBatches, "generation-batches", 1, "generation batches collected before training on them")
+	f.IntVar(&o.PPOEpochs, "ppo-epochs", 1, "passes of PPO over each collected experience")
+	f.IntVar(&o.Epochs, "num-train-epochs", 1, "epochs over the prompts")
+	f.IntVar(&o.MaxSteps, "max-steps", 0, "stop after this many generation batches (0: epochs decide)")
+	f.IntVar(&o.MaxPromptLen, "max-prompt-seq-len", 256, "prompt length (longer prompts are dropped)")
+	f.IntVar(&o.MaxAnswerLen, "max-answer-seq-len", 256, "most generated tokens per answer")
+	f.Float64Var(&o.ActorLR, "actor-learning-rate", 9.65e-6, "actor learning rate")
+	f.Float64Var(&o.CriticLR, "critic-learning-rate", 5e-6, "critic learning rate")
+	f.Float64Var(&o.ActorWD, "actor-weight-decay", 0, "actor weight decay")
+	f.Float64Var(&o.CriticWD, "critic-weight-decay", 0, "critic weight decay")
+	f.StringVar(&o.Scheduler, "lr-scheduler-type", "cosine", "learning-rate schedule of both models")
+	f.IntVar(&o.Warmup, "num-warmup-steps", 100, "warm-up steps")
+	f.Uint64Var(&o.Seed, "seed", 1234, "seed of the data, sampling and dropout")
+	f.IntVar(&o.ActorLoRADim, "actor-lora-dim", 0, "actor LoRA rank (0: none)")
+	f.IntVar(&o.CriticLoRADim, "critic-lora-dim", 0, "critic LoRA rank (0: none)")
+	f.StringVar(&o.LoRAModule, "lora-module-name", "decoder.layers.", "LoRA applies to linear layers whose name contains this")
+	f.BoolVar(&o.OnlyLoRA, "only-optimize-lora", false, "train only the LoRA weights")
+	f.Float64Var(&o.ActorLoRALR, "actor-lora-learning-rate", 5e-4, "actor LoRA learning rate")
+	f.Float64Var(&o.CriticLoRALR, "critic-lora-learning-rate", 5e-4, "critic LoRA learning rate")
+	f.BoolVar(&o.ActorCkpt, "actor-gradient-checkpointing", false, "recompute the actor's layers in the backward pass")
+	f.BoolVar(&o.CriticCkpt, "critic-gradient-checkpointing", false, "recompute the critic's layers in the backward pass")
+	f.BoolVar(&o.NoActorDropout, "disable-actor-dropout", false, "no dropout in the actor")
+	f.BoolVar(&o.NoCriticDropout, "disable-critic-dropout", false, "no dropout in the critic")
+	f.Float64Var(&o.MaxGradNorm, "max-grad-norm", 1.0, "global gradient-norm clipping (0: off)")
+	f.BoolVar(&o.EnableEMA, "enable-ema", false, "keep an exponential moving average of the actor (saved as actor_ema/)")
+	f.BoolVar(&o.KeepCache, "keep-inference-cache", false, "keep the inference workspace and KV cache between generations")
+	f.BoolVar(&o.PrintAnswers, "print-answers", false, "log a sample prompt and answer of each generation batch")
+	f.BoolVar(&o.Sample.Greedy, "greedy", false, "greedy generation (default: sampling)")
+	f.Float64Var(&o.Sample.Temperature, "temperature", 1, "sampling temperature")
+	f.IntVar(&o.Sample.TopK, "top-k", 0, "sample from the K most likely tokens (0: all)")
+	f.Float64Var(&o.Sample.TopP, "top-p", 1, "nucleus sampling mass")
+	f.Float64Var(&o.Config.KLCtl, "kl-ctl", o.Config.KLCtl, "KL penalty coefficient")
+	f.Float64Var(&o.Config.ClipRewardValue, "clip-reward-value", o.Config.ClipRewardValue, "reward-score clipping")
+	f.Float64Var(&o.Config.ClipRange, "cliprange", o.Config.ClipRange, "actor ratio clipping ε")
+	f.Float64Var(&o.Config.ClipRangeValue, "cliprange-value", o.Config.ClipRangeValue, "critic value clipping")
+	f.Float64Var(&o.Config.Gamma, "gamma", o.Config.Gamma, "discount γ")
+	f.Float64Var(&o.Config.Lambda, "lam", o.Config.Lambda, "GAE λ")
+	f.Float64Var(&o.Config.EMABeta, "ema-beta", o.Config.EMABeta, "actor EMA β")
+	f.BoolVar(&o.Config.WhitenAdvantages, "whiten-advantages", false, "normalise advantages over each batch")
+	f.StringVar(&o.OutputDir, "output-dir", "", "where actor/, critic/, actor_ema/ and metrics go")
+	f.BoolVar(&o.Overwrite, "overwrite", false, "replace what --output-dir holds")
+	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (\"off\" disables)")
+	return cmd
+}
+
+func runPPO(ctx context.Context, o *PPOOptions) error {
+	log := o.g.Log
+	if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil && !o.Overwrite {
+		return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
+	}
+	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
+		return fmt.Errorf("create --output-dir: %w", err)
+	}
+	dev, err := newCPU(o.g)
+	if err != nil {
+		return err
+	}
+	load := func(dir, vh string) (*model.Model, error) {
+		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh})
+	}
+	actor, err := load(o.Actor, "no")
+	if err != nil {
+		return err
+	}
+	ref, err := load(o.Actor, "no")
+	if err != nil {
+		return err
+	}
+	critic, err := load(o.Critic, "yes")
+	if err != nil {
+		return err
+	}
+	rm, err := load(o.Reward, "yes")
+	if err != nil {
+		return err
+	}
+	if o.MaxPromptLen+o.MaxAnswerLen > actor.Config.MaxPositions {
+		return usageErrorf("--max-prompt-seq-len + --max-answer-seq-len = %d exceeds the actor's max_position_embeddings %d",
+			o.MaxPromptLen+o.MaxAnswerLen, actor.Config.MaxPositions)
+	}
+	var actorLoRA, criticLoRA *lora.LoRA
+	if o.ActorLoRADim > 0 {
+		if actorLoRA, err = lora.New(actor, lora.Config{Dim: o.ActorLoRADim, ModuleName: o.LoRAModule}, o.Seed); err != nil {
+			return usageError{err}
+		}
+	}
+	if o.CriticLoRADim > 0 {
+		if criticLoRA, err = lora.New(critic, lora.Config{Dim: o.CriticLoRADim, ModuleName: o.LoRAModule}, o.Seed+1); err != nil {
+			return usageError{err}
+		}
+		critic.SetAdapter(criticLoRA)
+	}
+	prompts, tok, err := o.loadPrompts(actor)
+	if err != nil {
+		return err
+	}
+	sample := o.Sample
+	sample.Seed = o.Seed
+	eng, err := hybridengine.New(actor, actorLoRA, hybridengine.Options{MaxAnswerLen: o.MaxAnswerLen, Sample: sample,
+		KeepInferenceCache: o.KeepCache, GradientCheckpointing: o.ActorCkpt})
+	if err != nil {
+		return err
+	}
+	batchesPerEpoch := (len(prompts.Examples) + o.GenBatch - 1) / o.GenBatch
+	total := o.Epochs * batchesPerEpoch
+	if o.MaxSteps > 0 {
+		total = o.MaxSteps
+	}
+	trainSteps := total * o.PPOEpochs * ((o.GenBatch + o.TrainBatch - 1) / o.TrainBatch)
+	actorSched, err := optim.NewSchedule(o.Scheduler, o.Warmup, trainSteps)
+	if err != nil {
+		return usageError{err}
+	}
+	criticSched, _ := optim.NewSchedule(o.Scheduler, o.Warmup, trainSteps)
+	tr, err := ppo.NewTrainer(o.Config, ppo.Options{ActorWeightDecay: o.ActorWD, CriticWeightDecay: o.CriticWD,
+		ActorLoRALR: o.ActorLoRALR, CriticLoRALR: o.CriticLoRALR, OnlyOptimizeLoRA: o.OnlyLoRA,
+		ActorSchedule: actorSched, CriticSchedule: criticSched, MaxGradNorm: o.MaxGradNorm,
+		ActorDropout: !o.NoActorDropout, CriticDropout: !o.NoCriticDropout, CriticCheckpointing: o.CriticCkpt,
+		EnableEMA: o.EnableEMA, Seed: o.Seed},
+		ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm})
+	if err != nil {
+		return err
+	}
+	metricsPath := filepath.Join(o.OutputDir, train.MetricsFile)
+	mf, err := os.Create(metricsPath)
+	if err != nil {
+		return fmt.Errorf("create metrics: %w", err)
+	}
+	defer mf.Close()
+	col := data.Collator{T: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID)}
+	log.Info().Int("prompts", len(prompts.Examples)).Int("generation_batches", total).Int("actor_params", actor.NumParams()).
+		Str("device", dev.Name()).Msg("step 3")
+	start := time.Now()
+	var pending []*ppo.Batch
+	step := 0
+	for gb := 0; gb < total; gb++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		epoch, k := gb/batchesPerEpoch, gb%batchesPerEpoch
+		perm := rand.New(rand.NewPCG(o.Seed, uint64(epoch)+1)).Perm(len(prompts.Examples))
+		idx := perm[k*o.GenBatch : min((k+1)*o.GenBatch, len(perm))]
+		exs := make([]data.Example, len(idx))
+		rows := make([]uint64, len(idx))
+		for i, j := range idx {
+			exs[i], rows[i] = prompts.Examples[j], uint64(gb*o.GenBatch+i)
+		}
+		pb, err := col.Prompts(exs)
+		if err != nil {
+			return err
+		}
+		bt, err := tr.GenerateExperience(hybridengine.Prompts{B: pb.B, T: pb.T, IDs: pb.IDs, Mask: pb.Mask, Rows: rows})
+		if errors.Is(err, ppo.ErrNoAnswers) {
+			log.Warn().Int("batch", gb).Msg("every answer had at most one token; batch skipped")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if o.PrintAnswers && tok != nil && bt.Rollout != nil {
+			p, _ := tok.Decode(exs[0].IDs, true)
+			a, _ := tok.Decode(bt.Rollout.Answer(0), true)
+			log.Info().Str("prompt", p).Str("answer", a).Msg("sample")
+		}
+		pending = append(pending, bt)
+		if len(pending) < o.GenerationBatches && gb < total-1 {
+			continue
+		}
+		for range o.PPOEpochs {
+			for _, b := range pending {
+				n := len(b.Kept)
+				for lo := 0; lo < n; lo += o.TrainBatch {
+					st, err := tr.TrainStep(b.Slice(lo, min(lo+o.TrainBatch, n)), nil)
+					if err != nil {
+						return fmt.Errorf("PPO step %d: %w", step+1, err)
+					}
+					step++
+					rec := map[string]any{"step": step, "epoch": epoch, "actor_loss": st.ActorLoss, "critic_loss": st.CriticLoss,
+						"reward_score": st.RewardScore, "reward_score_ema": st.RewardScoreEMA, "kl": st.KL, "answer_len": st.AnswerLen,
+						"actor_clipfrac": st.ActorClipFrac, "critic_clipfrac": st.CriticClipFrac,
+						"generation_seconds": st.GenerateSeconds, "generation_tokens_per_sec": st.GenerateTokensPerSecond,
+						"training_seconds": st.TrainSeconds, "training_tokens_per_sec": st.TrainTokensPerSecond}
+					line, _ := json.Marshal(rec)
+					if _, err := mf.Write(append(line, '\n')); err != nil {
+						return fmt.Errorf("write metrics: %w", err)
+					}
+					log.Info().Int("step", step).Float64("reward", st.RewardScore).Float64("kl", st.KL).
+						Float64("actor_loss", st.ActorLoss).Float64("critic_loss", st.CriticLoss).
+						Float64("answer_len", st.AnswerLen).Msg("ppo")
+				}
+			}
+		}
+		pending = pending[:0]
+	}
+	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, tr); err != nil {
+		return err
+	}
+	if _, err := train.PlotMetrics(metricsPath, o.OutputDir); err != nil {
+		log.Warn().Err(err).Msg("training curves not drawn")
+	}
+	log.Info().Int("steps", step).Str("elapsed", time.Since(start).Round(time.Second).String()).Str("output", o.OutputDir).Msg("done")
+	return nil
+}
+
+// loadPrompts builds the phase-3 prompts.
+func (o *PPOOptions) loadPrompts(m *model.Model) (*data.Set, *tokenizer.Tokenizer, error) {
+	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
+	if err != nil {
+		return nil, nil, err
+	}
+	var dss []*data.Dataset
+	for _, name := range o.Data {
+		ds, err := data.Resolve(name, data.ResolveOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		dss = append(dss, ds)
+	}
+	cache := o.DataCache
+	switch cache {
+	case "":
+		cache = data.DefaultCacheDir(os.Getenv)
+	case "off":
+		cache = ""
+	}
+	set, _, err := data.Load(dss, nil, data.PhasePPO, data.Options{Split: o.split, Seed: uint32(o.Seed),
+		MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen, EOS: eos, PAD: pad, Tokenizer: dt,
+		TokenizerID: fp, CacheDir: cache})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(set.Examples) == 0 {
+		return nil, nil, usageErrorf("no step-3 prompts after --data-split %s and --max-prompt-seq-len %d", o.DataSplit, o.MaxPromptLen)
+	}
+	return set, dt.t, nil
+}
+
+// savePPO writes actor/ (LoRA fused), critic/ (with v_head) and actor_ema/.
+func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, critic *model.Model, criticLoRA *lora.LoRA, tr *ppo.Trainer) error {
+	actor, err := eng.Model()
+	if err != nil {
+		return err
+	}
+	save := func(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir string) error {
+		if lo != nil {
+			base := m.Dev.Alloc(kernels.F32, m.NumParams())
+			m.Dev.Copy(base, m.Params.Flat)
+			var saved kernels.Buffer
+			if loraParams != nil { // fuse the EMA adapters instead of the live ones
+				saved = m.Dev.Alloc(kernels.F32, lo.Params.Len())
+				m.Dev.Copy(saved, lo.Params)
+				m.Dev.Copy(lo.Params, loraParams)
+			}
+			lo.Fuse(m.Params.Flat)
+			defer func() {
+				m.Dev.Copy(m.Params.Flat, base)
+				if saved != nil {
+					m.Dev.Copy(lo.Params, saved)
+				}
+			}()
+		}
+		if err := m.Save(dir, model.SaveOptions{}); err != nil {
+			return err
+		}
+		return copyTokenizerFiles(o.Tokenizer, dir)
+	}
+	if err := save(actor, actorLoRA, nil, filepath.Join(o.OutputDir, "actor")); err != nil {
+		return err
+	}
+	if err := save(critic, criticLoRA, nil, filepath.Join(o.OutputDir, "critic")); err != nil {
+		return err
+	}
+	if emaFlat, emaLoRA := tr.EMA(); emaFlat != nil {
+		if err := save(actor.WithParams(emaFlat), actorLoRA, emaLoRA, filepath.Join(o.OutputDir, "actor_ema")); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -135,6 +135,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newSFTCmd(g, nil),
 		newRewardCmd(g, nil),
 		newPPOCmd(g, nil),
+		newTrainCmd(g, nil),
 	)
 	return root
 }

@@ -345,3 +345,44 @@ func TestPPOSmoke(t *testing.T) {
 		t.Errorf("existing output: code %d %s", code, lastLine(e))
 	}
 }
+
+// TestTrainSteps runs `gochat train` with a recipe file on the shared
+// sample: all three steps, then nothing to redo, then --force for step 3,
+// and a recipe with a misspelt flag.
+func TestTrainSteps(t *testing.T) {
+	mdir := tinyModel(t)
+	dir := t.TempDir()
+	recipe := filepath.Join(dir, "r.yaml")
+	body := `description: test
+steps:
+  sft: {data-split: "1,0,0", max-seq-len: 48, per-device-train-batch-size: 8, max-steps: 2, data-cache: "off"}
+  reward: {data-split: "0,1,0", max-seq-len: 48, per-device-train-batch-size: 8, max-steps: 2, data-cache: "off"}
+  ppo: {data-split: "0,0,1", max-prompt-seq-len: 100, max-answer-seq-len: 6, per-device-generation-batch-size: 4,
+        per-device-training-batch-size: 4, max-steps: 1, num-warmup-steps: 0, data-cache: "off"}
+`
+	os.WriteFile(recipe, []byte(body), 0o644)
+	out := filepath.Join(dir, "out")
+	args := []string{"--log-format", "json", "train", "--actor", mdir, "--reward", mdir, "--data", sample(), "--recipe", recipe, "--output-dir", out}
+	_, errOut, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("train: %s", lastLine(errOut))
+	}
+	for _, d := range []string{"actor", "reward", "ppo/actor", "ppo/critic"} {
+		if _, err := os.Stat(filepath.Join(out, d, "model.safetensors")); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	_, errOut, _ = run(t, args...)
+	if strings.Count(errOut, "skipped") != 3 {
+		t.Errorf("second run did not skip the three finished steps:\n%s", errOut)
+	}
+	_, errOut, code = run(t, append(args, "--step", "3", "--force")...)
+	if code != 0 || strings.Count(errOut, "step done") != 1 {
+		t.Errorf("--step 3 --force: code %d\n%s", code, errOut)
+	}
+	os.WriteFile(recipe, []byte("steps:\n  sft: {learning-rat: 1}\n"), 0o644)
+	_, errOut, code = run(t, append(args, "--force")...)
+	if code != exitUsage || !strings.Contains(errOut, "learning-rat") {
+		t.Errorf("misspelt recipe flag: code %d, %s", code, lastLine(errOut))
+	}
+}

@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/recipes"
+)
+
+// TrainOptions are the options of `gochat train`.
+type TrainOptions struct {
+	g         *Globals
+	Actor     string
+	Reward    string
+	Data      []string
+	Recipe    string
+	OutputDir string
+	Steps     []int
+	Force     bool
+	Seed      uint64
+	recipe    *recipes.Recipe
+}
+
+// completeFile marks a finished step's output directory.
+const completeFile = ".complete"
+
+func newTrainCmd(g *Globals, runF func(*TrainOptions) error) *cobra.Command {
+	o := &TrainOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "train --actor MODEL --reward MODEL --data NAME|PATH... --output-dir DIR [--recipe NAME|FILE]",
+		Short: "Run steps 1 (SFT) -> 2 (reward model) -> 3 (PPO) into one output directory",
+		Long: `Run the three RLHF steps: step 1 fine-tunes --actor into OUTPUT/actor, step 2
+trains a reward model from --reward into OUTPUT/reward, step 3 runs PPO from
+both into OUTPUT/ppo. A step whose output is complete is skipped unless
+--force; an interrupted step 1 or 2 resumes from its checkpoint. --recipe
+loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
+--actor, --reward and --data given here override the recipe's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Recipe != "" {
+				r, err := recipes.Load(o.Recipe)
+				if err != nil {
+					return usageError{err}
+				}
+				o.recipe = r
+				if o.Actor == "" {
+					o.Actor = r.Actor
+				}
+				if o.Reward == "" {
+					o.Reward = r.Reward
+				}
+			}
+			if o.Actor == "" || o.Reward == "" || o.OutputDir == "" {
+				return usageErrorf("--actor, --reward (or a --recipe naming them) and --output-dir are required")
+			}
+			for _, s := range o.Steps {
+				if s < 1 || s > 3 {
+					return usageErrorf("--step %d: steps are 1, 2 and 3", s)
+				}
+			}
+			if runF != nil {
+				return runF(o)
+			}
+			return runTrain(o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Actor, "actor", "", "the pre-trained actor model directory")
+	f.StringVar(&o.Reward, "reward", "", "the pre-trained model the reward model starts from")
+	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's)")
+	f.StringVar(&o.Recipe, "recipe", "", "a built-in recipe name or a YAML file")
+	f.StringVar(&o.OutputDir, "output-dir", "", "receives actor/, reward/ and ppo/")
+	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
+	f.BoolVar(&o.Force, "force", false, "rerun steps whose output is complete")
+	f.Uint64Var(&o.Seed, "seed", 1234, "seed of every step")
+	return cmd
+}
+
+// stepRun is one step of `gochat train`: its command, name and arguments.
+type stepRun struct {
+	n    int
+	name string // recipe step name and command
+	dir  string
+	cmd  *cobra.Command
+	args []string
+}
+
+func runTrain(o *TrainOptions) error {
+	log := o.g.Log
+	start := time.Now()
+	actorDir, rewardDir, ppoDir := filepath.Join(o.OutputDir, "actor"), filepath.Join(o.OutputDir, "reward"), filepath.Join(o.OutputDir, "ppo")
+	common := []string{"--seed", fmt.Sprint(o.Seed)}
+	for _, d := range o.Data {
+		common = append(common, "--data", d)
+	}
+	var sftOpts, rwOpts *StageOptions
+	var ppoOpts *PPOOptions
+	steps := []stepRun{
+		{n: 1, name: "sft", dir: actorDir, cmd: newSFTCmd(o.g, func(s *StageOptions) error { sftOpts = s; return nil }),
+			args: append([]string{"--model", o.Actor, "--output-dir", actorDir}, common...)},
+		{n: 2, name: "reward", dir: rewardDir, cmd: newRewardCmd(o.g, func(s *StageOptions) error { rwOpts = s; return nil }),
+			args: append([]string{"--model", o.Reward, "--output-dir", rewardDir}, common...)},
+		{n: 3, name: "ppo", dir: ppoDir, cmd: newPPOCmd(o.g, func(p *PPOOptions) error { ppoOpts = p; return nil }),
+			args: append([]string{"--actor", actorDir, "--critic", rewardDir, "--output-dir", ppoDir}, common...)},
+	}
+	times := map[int]time.Duration{}
+	for _, st := range steps {
+		if !contains(o.Steps, st.n) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(st.dir, completeFile)); err == nil && !o.Force {
+			log.Info().Int("step", st.n).Str("output", st.dir).Msg("complete, skipped (--force reruns it)")
+			continue
+		}
+		args := st.args
+		resumable := st.n < 3 && !o.Force
+		if _, err := os.Stat(filepath.Join(st.dir, runFile)); err == nil && resumable {
+			args = append(args, "--resume")
+		} else {
+			args = append(args, "--overwrite")
+		}
+		if err := o.prepare(st, args); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		var err error
+		switch st.n {
+		case 1:
+			err = runStage(o.ctx(), sftOpts)
+		case 2:
+			err = runStage(o.ctx(), rwOpts)
+		case 3:
+			err = runPPO(o.ctx(), ppoOpts)
+		}
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w%s", st.n, st.name, err, hint(err))
+		}
+		times[st.n] = time.Since(t0)
+		if err := os.WriteFile(filepath.Join(st.dir, completeFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+			return fmt.Errorf("mark step %d complete: %w", st.n, err)
+		}
+		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
+	}
+	ev := log.Info().Str("total", time.Since(start).Round(time.Second).String())
+	for n, d := range times {
+		ev = ev.Str(fmt.Sprintf("step%d", n), d.Round(time.Second).String())
+	}
+	ev.Str("output", o.OutputDir).Msg("train done")
+	return nil
+}
+
+// prepare parses a step's arguments, with the recipe's flags under them.
+func (o *TrainOptions) prepare(st stepRun, args []string) error {
+	c := st.cmd
+	c.SetArgs(args)
+	c.SilenceErrors, c.SilenceUsage = true, true
+	fs := c.Flags()
+	if err := fs.Parse(args); err != nil {
+		return usageErrorf("step %d: %v", st.n, err)
+	}
+	if o.recipe != nil {
+		if err := o.recipe.Apply(st.name, fs, func(n string) bool { return fs.Lookup(n) != nil }); err != nil {
+			return usageError{err}
+		}
+	}
+	// RunE validates the options and hands them to the runF captured above.
+	return c.RunE(c, nil)
+}
+
+func (o *TrainOptions) ctx() context.Context { return context.Background() }
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// hint suggests flags for common failures.
+func hint(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "cannot allocate") || strings.Contains(s, "out of memory"):
+		return " (try a smaller --per-device-train-batch-size, --gradient-checkpointing, or LoRA with --only-optimize-lora)"
+	case strings.Contains(s, "non-finite"):
+		return " (try a lower learning rate or more warm-up steps in the recipe)"
+	case strings.Contains(s, "max_position_embeddings"):
+		return " (lower --max-seq-len / --max-prompt-seq-len + --max-answer-seq-len in the recipe)"
+	}
+	return ""
+}

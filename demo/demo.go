@@ -117,19 +117,30 @@ func Make(o Options) (*Task, error) {
 	return t, nil
 }
 
-// Write stores the parts as sft.jsonl, pairs.jsonl, prompts.jsonl and
-// eval.jsonl in dir.
+// Write stores the parts as dataset folders in dir, split the way
+// gochat's data reader finds splits: sft/{train,test}.jsonl,
+// pairs/{train,test}.jsonl (test: a tenth held out for the step's
+// evaluation), prompts/train.jsonl, and eval/test.jsonl (the held-out
+// prompts of the final evaluation).
 func (t *Task) Write(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("demo: %w", err)
+	cut := func(rows []Row) ([]Row, []Row) { n := len(rows) - len(rows)/10; return rows[:n], rows[n:] }
+	sftTrain, sftTest := cut(t.SFT)
+	pairTrain, pairTest := cut(t.Pairs)
+	files := map[string][]Row{
+		"sft/train.jsonl": sftTrain, "sft/test.jsonl": sftTest,
+		"pairs/train.jsonl": pairTrain, "pairs/test.jsonl": pairTest,
+		"prompts/train.jsonl": t.Prompts, "eval/test.jsonl": t.Eval,
 	}
-	for name, rows := range map[string][]Row{"sft": t.SFT, "pairs": t.Pairs, "prompts": t.Prompts, "eval": t.Eval} {
+	for name, rows := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
 		var b []byte
 		for _, r := range rows {
 			line, _ := json.Marshal(r)
 			b = append(append(b, line...), '\n')
 		}
-		if err := os.WriteFile(filepath.Join(dir, name+".jsonl"), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}
@@ -179,3 +190,9 @@ func WriteTokenizer(dir string) error {
 
 // VocabSize is the size of the demo tokenizer's vocabulary.
 const VocabSize = 260
+
+// ModelConfig is the config.json of the demo's actor and reward model: a
+// tiny pre-LN OPT over the byte-level vocabulary.
+const ModelConfig = `{"model_type": "opt", "vocab_size": 260, "hidden_size": 128, "ffn_dim": 512,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "max_position_embeddings": 64,
+ "do_layer_norm_before": true, "dropout": 0.0, "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}`

@@ -166,3 +166,30 @@ func Raw(name string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Expand replaces {NAME} in every string value of the steps with vars[NAME]
+// (the demo recipe refers to {demo}, the folder its data is written to).
+func (r *Recipe) Expand(vars map[string]string) {
+	var expand func(v any) any
+	expand = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			for k, val := range vars {
+				x = strings.ReplaceAll(x, "{"+k+"}", val)
+			}
+			return x
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				out[i] = expand(e)
+			}
+			return out
+		}
+		return v
+	}
+	for _, flags := range r.Steps {
+		for k, v := range flags {
+			flags[k] = expand(v)
+		}
+	}
+}

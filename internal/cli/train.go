@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/recipes"
 )
 
@@ -94,6 +95,18 @@ type stepRun struct {
 func runTrain(o *TrainOptions) error {
 	log := o.g.Log
 	start := time.Now()
+	var task *demo.Task
+	if o.Actor == "demo" || o.Reward == "demo" {
+		// The demo recipe: data, tokenizer and from-scratch models made here.
+		t, base, err := prepareDemo(o.g, o.OutputDir, o.Seed)
+		if err != nil {
+			return err
+		}
+		task, o.Actor, o.Reward = t, base, base
+		if o.recipe != nil {
+			o.recipe.Expand(map[string]string{"demo": filepath.Join(o.OutputDir, "demo")})
+		}
+	}
 	actorDir, rewardDir, ppoDir := filepath.Join(o.OutputDir, "actor"), filepath.Join(o.OutputDir, "reward"), filepath.Join(o.OutputDir, "ppo")
 	common := []string{"--seed", fmt.Sprint(o.Seed)}
 	for _, d := range o.Data {
@@ -146,6 +159,15 @@ func runTrain(o *TrainOptions) error {
 			return fmt.Errorf("mark step %d complete: %w", st.n, err)
 		}
 		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
+	}
+	if task != nil {
+		secs := map[int]float64{}
+		for n, d := range times {
+			secs[n] = d.Seconds()
+		}
+		if err := demoReport(o.g, o.OutputDir, task, secs); err != nil {
+			return fmt.Errorf("demo report: %w", err)
+		}
 	}
 	ev := log.Info().Str("total", time.Since(start).Round(time.Second).String())
 	for n, d := range times {

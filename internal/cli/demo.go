@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gochat-ai/gochat/demo"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// prepareDemo writes the demo's data, tokenizer and from-scratch models into
+// OUTPUT/demo and returns the task and the base model directory.
+func prepareDemo(g *Globals, out string, seed uint64) (*demo.Task, string, error) {
+	dir := filepath.Join(out, "demo")
+	opts := demo.DefaultOptions
+	opts.Seed = seed
+	task, err := demo.Make(opts)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := task.Write(filepath.Join(dir, "data")); err != nil {
+		return nil, "", err
+	}
+	base := filepath.Join(dir, "base")
+	if err := demo.WriteTokenizer(base); err != nil {
+		return nil, "", err
+	}
+	cfg, err := model.ParseConfig([]byte(demo.ModelConfig))
+	if err != nil {
+		return nil, "", err
+	}
+	dev, err := newCPU(g)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := model.New(dev, cfg, model.Options{})
+	if err != nil {
+		return nil, "", err
+	}
+	m.InitRandom(seed, 0.02)
+	if err := m.Save(base, model.SaveOptions{}); err != nil {
+		return nil, "", err
+	}
+	return task, base, nil
+}
+
+// demoEval scores held-out questions: greedy answers of a model, graded by
+// the exact checker, and the reward model's mean score of those answers.
+func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rewardMean float64, err error) {
+	dev, err := newCPU(g)
+	if err != nil {
+		return 0, 0, err
+	}
+	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "no"})
+	if err != nil {
+		return 0, 0, err
+	}
+	rm, err := model.Load(dev, rewardDir, model.LoadOptions{ValueHead: "yes"})
+	if err != nil {
+		return 0, 0, err
+	}
+	tok, _, _, _, err := loadDataTokenizer(modelDir, g.Threads)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, _ := model.NewSampler(model.SampleOptions{Greedy: true})
+	var prompts [][]int32
+	for _, q := range task.EvalQuestions {
+		prompts = append(prompts, tok.Encode(q.Prompt()))
+	}
+	gens, err := m.Generate(prompts, 6, s)
+	if err != nil {
+		return 0, 0, err
+	}
+	right := 0
+	var seqs [][]int32
+	T := 0
+	for i, gen := range gens {
+		ans := gen.Tokens
+		if n := len(ans); n > 0 && int(ans[n-1]) == m.Config.EOSTokenID {
+			ans = ans[:n-1]
+		}
+		text, _ := tok.t.Decode(ans, true)
+		if task.EvalQuestions[i].Correct(text) {
+			right++
+		}
+		seq := append(append([]int32{}, prompts[i]...), gen.Tokens...)
+		seqs = append(seqs, seq)
+		T = max(T, len(seq))
+	}
+	// Reward-model scores: the value at each sequence's last token.
+	B := len(seqs)
+	ids, mask := make([]int32, B*T), make([]int32, B*T)
+	for b, seq := range seqs {
+		for t := range T {
+			if t < len(seq) {
+				ids[b*T+t], mask[b*T+t] = seq[t], 1
+			} else {
+				ids[b*T+t] = int32(rm.Config.PadTokenID)
+			}
+		}
+	}
+	a := rm.NewActs(B, T, model.ActsOptions{NoLogits: true})
+	if err := rm.Forward(a, model.Batch{IDs: ids, Mask: mask}); err != nil {
+		return 0, 0, err
+	}
+	v, _ := rm.Values(a)
+	var sum float64
+	for b, seq := range seqs {
+		sum += float64(v[b*T+len(seq)-1])
+	}
+	return float64(right) / float64(len(gens)), sum / float64(B), nil
+}
+
+// demoReport writes report.json and report.html for a demo run.
+func demoReport(g *Globals, out string, task *demo.Task, seconds map[int]float64) error {
+	read := func(dir string) []map[string]float64 {
+		recs, _ := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
+		return recs
+	}
+	last := func(recs []map[string]float64, key string) float64 {
+		for i := len(recs) - 1; i >= 0; i-- {
+			if v, ok := recs[i][key]; ok {
+				return v
+			}
+		}
+		return 0
+	}
+	first := func(recs []map[string]float64, key string) float64 {
+		for _, r := range recs {
+			if v, ok := r[key]; ok {
+				return v
+			}
+		}
+		return 0
+	}
+	sftR, rwR, ppoR := read(filepath.Join(out, "actor")), read(filepath.Join(out, "reward")), read(filepath.Join(out, "ppo"))
+	var gen, trn float64
+	for _, r := range ppoR {
+		gen += r["generation_seconds"]
+		trn += r["training_seconds"]
+	}
+	rewardDir := filepath.Join(out, "reward")
+	sftAcc, sftRew, err := demoEval(g, task, filepath.Join(out, "actor"), rewardDir)
+	if err != nil {
+		return err
+	}
+	ppoAcc, ppoRew, err := demoEval(g, task, filepath.Join(out, "ppo", "actor"), rewardDir)
+	if err != nil {
+		return err
+	}
+	emaAcc := 0.0
+	if _, err := os.Stat(filepath.Join(out, "ppo", "actor_ema", "config.json")); err == nil {
+		if emaAcc, _, err = demoEval(g, task, filepath.Join(out, "ppo", "actor_ema"), rewardDir); err != nil {
+			return err
+		}
+	}
+	report := map[string]any{
+		"sft": map[string]any{"steps": last(sftR, "step"), "train_loss_first": first(sftR, "loss"),
+			"train_loss_last": last(sftR, "loss"), "eval_loss": last(sftR, "eval_loss")},
+		"reward": map[string]any{"steps": last(rwR, "step"), "eval_accuracy": last(rwR, "eval_accuracy"),
+			"chosen_mean": last(rwR, "chosen_mean"), "rejected_mean": last(rwR, "rejected_mean")},
+		"ppo": map[string]any{"steps": last(ppoR, "step"), "reward_mean_first": first(ppoR, "reward_score"),
+			"reward_mean_last": last(ppoR, "reward_score"), "kl_last": last(ppoR, "kl")},
+		"eval": map[string]any{"prompts": len(task.EvalQuestions), "sft_accuracy": sftAcc, "ppo_accuracy": ppoAcc,
+			"ppo_ema_accuracy": emaAcc, "sft_reward_mean": sftRew, "ppo_reward_mean": ppoRew},
+		"timing": map[string]any{"step1_seconds": seconds[1], "step2_seconds": seconds[2], "step3_seconds": seconds[3],
+			"generation_seconds": gen, "training_seconds": trn},
+	}
+	b, _ := json.MarshalIndent(report, "", "  ")
+	if err := writeFileAtomic(filepath.Join(out, "report.json"), append(b, '\n')); err != nil {
+		return err
+	}
+	var h strings.Builder
+	h.WriteString("<!doctype html><meta charset=utf-8><title>gochat demo report</title>\n")
+	h.WriteString("<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:48%}</style>\n")
+	h.WriteString("<h1>gochat demo</h1><pre>" + html.EscapeString(string(b)) + "</pre>\n")
+	for _, p := range []struct{ title, file string }{
+		{"SFT loss", "actor/loss.png"}, {"Reward-model accuracy", "reward/accuracy.png"},
+		{"Reward-model eval accuracy", "reward/eval_accuracy.png"}, {"PPO reward", "ppo/reward_score.png"},
+		{"PPO KL", "ppo/kl.png"},
+	} {
+		img, err := os.ReadFile(filepath.Join(out, p.file))
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&h, "<figure style='display:inline-block;width:48%%'><figcaption>%s</figcaption><img style='max-width:100%%' src='data:image/png;base64,%s'></figure>\n",
+			html.EscapeString(p.title), base64.StdEncoding.EncodeToString(img))
+	}
+	fmt.Fprintf(&h, "<p>Held-out accuracy (exact checker): SFT %.3f, PPO %.3f, PPO EMA %.3f.</p>\n", sftAcc, ppoAcc, emaAcc)
+	if err := writeFileAtomic(filepath.Join(out, "report.html"), []byte(h.String())); err != nil {
+		return err
+	}
+	g.Log.Info().Float64("sft_accuracy", sftAcc).Float64("ppo_accuracy", ppoAcc).Float64("ppo_ema_accuracy", emaAcc).
+		Float64("reward_eval_accuracy", last(rwR, "eval_accuracy")).Str("report", filepath.Join(out, "report.html")).Msg("demo report")
+	return nil
+}

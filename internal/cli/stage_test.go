@@ -386,3 +386,52 @@ steps:
 		t.Errorf("misspelt recipe flag: code %d, %s", code, lastLine(errOut))
 	}
 }
+
+// TestTrainDemoShort runs the demo recipe's pipeline, shortened, and checks
+// report.json's shape.
+func TestTrainDemoShort(t *testing.T) {
+	dir := t.TempDir()
+	recipe := filepath.Join(dir, "demo-short.yaml")
+	body := `description: the demo, shortened for CI
+actor: demo
+reward: demo
+steps:
+  sft: {data: ["{demo}/data/sft"], data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 3, add-eot-token: true, data-cache: "off"}
+  reward: {data: ["{demo}/data/pairs"], data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 3, data-cache: "off"}
+  ppo: {data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 16, per-device-training-batch-size: 16, max-steps: 2, num-warmup-steps: 0, enable-ema: true, data-cache: "off"}
+`
+	os.WriteFile(recipe, []byte(body), 0o644)
+	out := filepath.Join(dir, "out")
+	_, errOut, code := run(t, "--log-format", "json", "train", "--recipe", recipe, "--output-dir", out)
+	if code != 0 {
+		t.Fatalf("train demo: %s", lastLine(errOut))
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep map[string]map[string]float64
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"sft":    {"steps", "train_loss_first", "train_loss_last", "eval_loss"},
+		"reward": {"steps", "eval_accuracy", "chosen_mean", "rejected_mean"},
+		"ppo":    {"steps", "reward_mean_first", "reward_mean_last", "kl_last"},
+		"eval":   {"prompts", "sft_accuracy", "ppo_accuracy", "ppo_ema_accuracy", "sft_reward_mean", "ppo_reward_mean"},
+		"timing": {"step1_seconds", "step2_seconds", "step3_seconds", "generation_seconds", "training_seconds"},
+	}
+	for blk, keys := range want {
+		for _, k := range keys {
+			if _, ok := rep[blk][k]; !ok {
+				t.Errorf("report.json lacks %s.%s", blk, k)
+			}
+		}
+	}
+	if rep["eval"]["prompts"] != 100 || rep["sft"]["steps"] != 3 {
+		t.Errorf("report %v", rep)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.html")); err != nil {
+		t.Error(err)
+	}
+}

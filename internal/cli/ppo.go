@@ -343,21 +343,11 @@ func (o *PPOOptions) loadPrompts(m *model.Model) (*data.Set, *tokenizer.Tokenize
 	if err != nil {
 		return nil, nil, err
 	}
-	var dss []*data.Dataset
-	for _, name := range o.Data {
-		ds, err := data.Resolve(name, data.ResolveOptions{})
-		if err != nil {
-			return nil, nil, err
-		}
-		dss = append(dss, ds)
+	dss, err := resolveData(o.Data, data.ResolveOptions{})
+	if err != nil {
+		return nil, nil, err
 	}
-	cache := o.DataCache
-	switch cache {
-	case "":
-		cache = data.DefaultCacheDir(os.Getenv)
-	case "off":
-		cache = ""
-	}
+	cache := dataCacheDir(o.DataCache)
 	set, _, err := data.Load(dss, nil, data.PhasePPO, data.Options{Split: o.split, Seed: uint32(o.Seed),
 		MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen, EOS: eos, PAD: pad, Tokenizer: dt,
 		TokenizerID: fp, CacheDir: cache})
@@ -377,27 +367,7 @@ func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, cri
 		return err
 	}
 	save := func(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir string) error {
-		if lo != nil {
-			base := m.Dev.Alloc(kernels.F32, m.NumParams())
-			m.Dev.Copy(base, m.Params.Flat)
-			var saved kernels.Buffer
-			if loraParams != nil { // fuse the EMA adapters instead of the live ones
-				saved = m.Dev.Alloc(kernels.F32, lo.Params.Len())
-				m.Dev.Copy(saved, lo.Params)
-				m.Dev.Copy(lo.Params, loraParams)
-			}
-			lo.Fuse(m.Params.Flat)
-			defer func() {
-				m.Dev.Copy(m.Params.Flat, base)
-				if saved != nil {
-					m.Dev.Copy(lo.Params, saved)
-				}
-			}()
-		}
-		if err := m.Save(dir, model.SaveOptions{}); err != nil {
-			return err
-		}
-		return copyTokenizerFiles(o.Tokenizer, dir)
+		return saveModelDir(m, lo, loraParams, dir, o.Tokenizer)
 	}
 	if err := save(actor, actorLoRA, nil, filepath.Join(o.OutputDir, "actor")); err != nil {
 		return err

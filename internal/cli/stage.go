@@ -364,21 +364,11 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 	if int(eos) >= m.Config.VocabSize || int(pad) >= m.Config.VocabSize {
 		return nil, nil, fmt.Errorf("tokenizer %s: special ids exceed the model's vocabulary (%d)", o.Tokenizer, m.Config.VocabSize)
 	}
-	var dss []*data.Dataset
-	for _, name := range o.Data {
-		ds, err := data.Resolve(name, data.ResolveOptions{Adapter: o.Adapter, Columns: o.Columns})
-		if err != nil {
-			return nil, nil, err
-		}
-		dss = append(dss, ds)
+	dss, err := resolveData(o.Data, data.ResolveOptions{Adapter: o.Adapter, Columns: o.Columns})
+	if err != nil {
+		return nil, nil, err
 	}
-	cache := o.DataCache
-	switch cache {
-	case "":
-		cache = data.DefaultCacheDir(os.Getenv)
-	case "off":
-		cache = ""
-	}
+	cache := dataCacheDir(o.DataCache)
 	phase := data.PhaseSFT
 	if o.Step == 2 {
 		phase = data.PhaseReward
@@ -399,16 +389,30 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 // saveModel writes the trained model (LoRA fused in) and the tokenizer
 // files to --output-dir.
 func (o *StageOptions) saveModel(m *model.Model, lo *lora.LoRA) error {
+	return saveModelDir(m, lo, nil, o.OutputDir, o.Tokenizer)
+}
+
+// saveModelDir writes m as a Hugging Face directory with the tokenizer files
+// of tokDir. With adapters, their term is fused into a copy of the weights
+// first (loraParams, when given, replaces the adapters' own weights for the
+// fusion: the actor EMA's); m and lo are unchanged afterwards.
+func saveModelDir(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir, tokDir string) error {
 	if lo != nil {
 		base := m.Dev.Alloc(kernels.F32, m.NumParams())
 		m.Dev.Copy(base, m.Params.Flat)
-		lo.Fuse(m.Params.Flat)
 		defer m.Dev.Copy(m.Params.Flat, base)
+		if loraParams != nil {
+			own := m.Dev.Alloc(kernels.F32, lo.Params.Len())
+			m.Dev.Copy(own, lo.Params)
+			m.Dev.Copy(lo.Params, loraParams)
+			defer m.Dev.Copy(lo.Params, own)
+		}
+		lo.Fuse(m.Params.Flat)
 	}
-	if err := m.Save(o.OutputDir, model.SaveOptions{}); err != nil {
+	if err := m.Save(dir, model.SaveOptions{}); err != nil {
 		return err
 	}
-	return copyTokenizerFiles(o.Tokenizer, o.OutputDir)
+	return copyTokenizerFiles(tokDir, dir)
 }
 
 // copyTokenizerFiles copies the Hugging Face tokenizer files that exist in
@@ -432,4 +436,28 @@ func copyTokenizerFiles(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// resolveData finds every --data dataset.
+func resolveData(names []string, ro data.ResolveOptions) ([]*data.Dataset, error) {
+	var dss []*data.Dataset
+	for _, name := range names {
+		ds, err := data.Resolve(name, ro)
+		if err != nil {
+			return nil, err
+		}
+		dss = append(dss, ds)
+	}
+	return dss, nil
+}
+
+// dataCacheDir resolves --data-cache: "" is the default folder, "off" none.
+func dataCacheDir(flag string) string {
+	switch flag {
+	case "":
+		return data.DefaultCacheDir(os.Getenv)
+	case "off":
+		return ""
+	}
+	return flag
 }

@@ -435,3 +435,71 @@ steps:
 		t.Error(err)
 	}
 }
+
+// TestTrainResumeAfterSIGKILL kills `gochat train` during step 2 and runs it
+// again: step 1 is not redone, step 2 resumes from its checkpoint, and the
+// reward model equals an uninterrupted run's byte for byte.
+func TestTrainResumeAfterSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline three times")
+	}
+	mdir := tinyModel(t)
+	dir := t.TempDir()
+	recipe := filepath.Join(dir, "r.yaml")
+	os.WriteFile(recipe, []byte(`description: resume test
+steps:
+  sft: {data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 8, max-steps: 2, data-cache: "off"}
+  reward: {data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 2, max-steps: 24, save-interval: 1, data-cache: "off"}
+`), 0o644)
+	args := func(out string) []string {
+		return []string{"--log-format", "json", "--threads", "2", "train", "--actor", mdir, "--reward", mdir, "--data", sample(),
+			"--recipe", recipe, "--output-dir", out, "--step", "1", "--step", "2"}
+	}
+	ref := filepath.Join(dir, "ref")
+	if _, e, code := run(t, args(ref)...); code != 0 {
+		t.Fatal(lastLine(e))
+	}
+	out := filepath.Join(dir, "killed")
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args(out)...)...)
+	cmd.Env = append(os.Environ(), "GOCHAT_TEST_MAIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, err := os.ReadFile(filepath.Join(out, "reward", "checkpoint", "state.json"))
+		var st struct {
+			Position struct {
+				Step int `json:"step"`
+			} `json:"position"`
+		}
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Position.Step >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("no step-2 checkpoint in time")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if _, err := os.Stat(filepath.Join(out, "reward", completeFile)); err == nil {
+		t.Skip("step 2 finished before it could be killed")
+	}
+	_, errOut, code := run(t, args(out)...)
+	if code != 0 {
+		t.Fatal(lastLine(errOut))
+	}
+	if !strings.Contains(errOut, `"step":1,"output"`) || !strings.Contains(errOut, "skipped") {
+		t.Errorf("step 1 was not skipped:\n%s", errOut)
+	}
+	if !strings.Contains(errOut, "resumed from checkpoint") {
+		t.Errorf("step 2 did not resume:\n%s", errOut)
+	}
+	a, _ := os.ReadFile(filepath.Join(ref, "reward", "model.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(out, "reward", "model.safetensors"))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Error("the resumed reward model differs from the uninterrupted run's")
+	}
+}

@@ -61,7 +61,7 @@ type Options struct {
 }
 
 // DefaultOptions is the size the demo recipe uses.
-var DefaultOptions = Options{Seed: 1, Max: 20, SFT: 600, Pairs: 600, Prompts: 256, Eval: 100, SFTAccuracy: 0.6}
+var DefaultOptions = Options{Seed: 1, Max: 10, SFT: 1000, Pairs: 3000, Prompts: 512, Eval: 20, SFTAccuracy: 0.6}
 
 // Row is one line of the generated JSON-lines files (the generic
 // prompt/chosen/rejected columns).

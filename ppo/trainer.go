@@ -69,6 +69,12 @@ type Options struct {
 	EnableEMA bool
 	// Seed keys the dropout masks of the training forwards.
 	Seed uint64
+	// RewardSuffix are the tokens the reward model saw after every response
+	// in step 2 (the tokenized end text, "<|endoftext|>" in DeepSpeed-Chat's
+	// data). When set, a sequence is scored the way it was trained: prompt +
+	// answer without its EOS + RewardSuffix, read at the suffix's last token.
+	// Without it the score is read at the last real token (EOS included).
+	RewardSuffix []int32
 }
 
 // Batch is one batch of experience: Exp in log-prob coordinates and the
@@ -297,20 +303,9 @@ func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ppo: critic forward: %w", err)
 	}
-	rv, err := t.values(t.m.Reward, bt.Seq, bt.Attn, B, S)
+	scores, err := t.rewardScores(bt.Seq, bt.Attn, B, S, P)
 	if err != nil {
 		return nil, fmt.Errorf("ppo: reward forward: %w", err)
-	}
-	scores := make([]float32, B)
-	for b := range B {
-		last := -1
-		for i := S - 1; i >= P; i-- {
-			if bt.Attn[b*S+i] != 0 {
-				last = i
-				break
-			}
-		}
-		scores[b] = rv[b*S+last] // every kept row has ≥ 2 answer tokens
 	}
 	gs.ForwardSeconds = time.Since(t0).Seconds()
 	bt.Gen = gs
@@ -536,4 +531,47 @@ func zero(d kernels.Device, bufs []kernels.Buffer) {
 	for _, b := range bufs {
 		d.Zero(b)
 	}
+}
+
+// rewardScores runs the reward model over the sequences [B,S] (prompt of P
+// tokens, then the answer) and returns each one's score: the value at the
+// last real token, or, with Options.RewardSuffix, at the end of the
+// suffix appended after the answer (its EOS removed).
+func (t *Trainer) rewardScores(seq, attn []int32, B, S, P int) ([]float32, error) {
+	rm := t.m.Reward
+	suffix := t.opts.RewardSuffix
+	eos := int32(rm.Config.EOSTokenID)
+	S2 := S + len(suffix)
+	ids, mask := make([]int32, B*S2), make([]int32, B*S2)
+	lasts := make([]int, B)
+	for b := range B {
+		row, am := seq[b*S:(b+1)*S], attn[b*S:(b+1)*S]
+		end := S // one past the last real token
+		for end > P && am[end-1] == 0 {
+			end--
+		}
+		if len(suffix) > 0 && end > P && row[end-1] == eos {
+			end-- // scored as trained: the end text replaces EOS
+		}
+		o := b * S2
+		for i := range S2 {
+			ids[o+i] = int32(rm.Config.PadTokenID)
+		}
+		copy(ids[o:], row[:end])
+		copy(mask[o:], am[:end])
+		copy(ids[o+end:], suffix)
+		for i := range suffix {
+			mask[o+end+i] = 1
+		}
+		lasts[b] = end + len(suffix) - 1
+	}
+	v, err := t.values(rm, ids, mask, B, S2)
+	if err != nil {
+		return nil, err
+	}
+	scores := make([]float32, B)
+	for b := range B {
+		scores[b] = v[b*S2+lasts[b]]
+	}
+	return scores, nil
 }

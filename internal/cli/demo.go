@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/train"
@@ -90,7 +91,8 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 		if task.EvalQuestions[i].Correct(text) {
 			right++
 		}
-		seq := append(append([]int32{}, prompts[i]...), gen.Tokens...)
+		// Scored as the reward model was trained: answer (no EOS) + end text.
+		seq := append(append(append([]int32{}, prompts[i]...), ans...), tok.t.Encode(data.DefaultEndText, false)...)
 		seqs = append(seqs, seq)
 		T = max(T, len(seq))
 	}

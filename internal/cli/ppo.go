@@ -64,6 +64,7 @@ type PPOOptions struct {
 	OutputDir         string
 	Overwrite         bool
 	DataCache         string
+	EndText           string
 	split             data.Split
 }
 
@@ -175,6 +176,7 @@ Face directories, metrics.jsonl and training curves.`,
 	f.StringVar(&o.OutputDir, "output-dir", "", "where actor/, critic/, actor_ema/ and metrics go")
 	f.BoolVar(&o.Overwrite, "overwrite", false, "replace what --output-dir holds")
 	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (\"off\" disables)")
+	f.StringVar(&o.EndText, "reward-end-text", data.DefaultEndText, "text appended to answers before the reward model scores them, as in step 2 (\"\" for none)")
 	return cmd
 }
 
@@ -251,7 +253,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		ActorLoRALR: o.ActorLoRALR, CriticLoRALR: o.CriticLoRALR, OnlyOptimizeLoRA: o.OnlyLoRA,
 		ActorSchedule: actorSched, CriticSchedule: criticSched, MaxGradNorm: o.MaxGradNorm,
 		ActorDropout: !o.NoActorDropout, CriticDropout: !o.NoCriticDropout, CriticCheckpointing: o.CriticCkpt,
-		EnableEMA: o.EnableEMA, Seed: o.Seed},
+		EnableEMA: o.EnableEMA, Seed: o.Seed, RewardSuffix: rewardSuffix(tok, o.EndText)},
 		ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm})
 	if err != nil {
 		return err
@@ -381,4 +383,12 @@ func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, cri
 		}
 	}
 	return nil
+}
+
+// rewardSuffix is the tokenized end text the reward model saw in step 2.
+func rewardSuffix(tok *tokenizer.Tokenizer, text string) []int32 {
+	if text == "" || tok == nil {
+		return nil
+	}
+	return tok.Encode(text, false)
 }

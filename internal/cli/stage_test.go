@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/tensor"
@@ -428,7 +429,7 @@ steps:
 			}
 		}
 	}
-	if rep["eval"]["prompts"] != 100 || rep["sft"]["steps"] != 3 {
+	if rep["eval"]["prompts"] != float64(demo.DefaultOptions.Eval) || rep["sft"]["steps"] != 3 {
 		t.Errorf("report %v", rep)
 	}
 	if _, err := os.Stat(filepath.Join(out, "report.html")); err != nil {

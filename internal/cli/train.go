@@ -102,7 +102,10 @@ func runTrain(o *TrainOptions) error {
 		if err != nil {
 			return err
 		}
-		task, o.Actor, o.Reward = t, base, base
+		// Its "pre-trained" models are random, so the reward model starts
+		// from the step-1 model, which already reads the task's format
+		// (DeepSpeed-Chat starts it from a pre-trained LM for the same reason).
+		task, o.Actor, o.Reward = t, base, filepath.Join(o.OutputDir, "actor")
 		if o.recipe != nil {
 			o.recipe.Expand(map[string]string{"demo": filepath.Join(o.OutputDir, "demo")})
 		}

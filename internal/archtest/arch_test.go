@@ -121,7 +121,8 @@ func TestRequiredLayout(t *testing.T) {
 	for _, p := range listPackages(t) {
 		have[rel(p.ImportPath)] = true
 	}
-	for _, want := range []string{"cmd/gochat", "internal/cli", "kernels", "kernels/cpu", "model", "tensor"} {
+	for _, want := range []string{"cmd/gochat", "internal/cli", "kernels", "kernels/cpu", "model", "tensor", "sft", "reward",
+		"ppo", "hybridengine", "zero", "lora", "tokenizer", "data", "recipes", "dist", "optim", "train"} {
 		if !have[want] {
 			t.Errorf("package %s is missing", want)
 		}

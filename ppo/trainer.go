@@ -75,6 +75,10 @@ type Options struct {
 	// answer without its EOS + RewardSuffix, read at the suffix's last token.
 	// Without it the score is read at the last real token (EOS included).
 	RewardSuffix []int32
+	// Score, when set, replaces the reward model: a rule-based reward of a
+	// prompt and its answer (real tokens only; the answer ends with EOS when
+	// the actor emitted one), as reward functions in Hugging Face TRL.
+	Score func(prompt, answer []int32) float32
 }
 
 // Batch is one batch of experience: Exp in log-prob coordinates and the
@@ -538,6 +542,24 @@ func zero(d kernels.Device, bufs []kernels.Buffer) {
 // last real token, or, with Options.RewardSuffix, at the end of the
 // suffix appended after the answer (its EOS removed).
 func (t *Trainer) rewardScores(seq, attn []int32, B, S, P int) ([]float32, error) {
+	if t.opts.Score != nil {
+		scores := make([]float32, B)
+		for b := range B {
+			var prompt, answer []int32
+			for i := range S {
+				if attn[b*S+i] == 0 {
+					continue
+				}
+				if i < P {
+					prompt = append(prompt, seq[b*S+i])
+				} else {
+					answer = append(answer, seq[b*S+i])
+				}
+			}
+			scores[b] = t.opts.Score(prompt, answer)
+		}
+		return scores, nil
+	}
 	rm := t.m.Reward
 	suffix := t.opts.RewardSuffix
 	eos := int32(rm.Config.EOSTokenID)

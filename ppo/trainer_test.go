@@ -491,3 +491,29 @@ func TestTrainerLoRA(t *testing.T) {
 		t.Error("no EMA adapter buffer")
 	}
 }
+
+// TestScoreFunction checks that a rule-based Score replaces the reward
+// model and sees each row's real prompt and answer tokens.
+func TestScoreFunction(t *testing.T) {
+	var seen []int
+	opts := Options{Score: func(prompt, answer []int32) float32 {
+		seen = append(seen, len(answer))
+		return float32(len(prompt)*100 + len(answer))
+	}}
+	r := newRig(t, testConfig(), opts, sampledOpts)
+	b, err := r.trainer.GenerateExperience(testPrompts(3, 4, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != len(b.Kept) {
+		t.Fatalf("Score called %d times for %d kept rows", len(seen), len(b.Kept))
+	}
+	for i, s := range b.Exp.Scores {
+		if ans := int(s) % 100; ans != b.AnswerLens[i] {
+			t.Errorf("row %d: Score saw %d answer tokens, the rollout has %d", i, ans, b.AnswerLens[i])
+		}
+		if int(s)/100 < 1 {
+			t.Errorf("row %d: Score saw no prompt tokens", i)
+		}
+	}
+}

@@ -8,12 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"io"
 	"maps"
 	"math"
 	"math/bits"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -406,50 +405,16 @@ func appendJSONString(b []byte, s string) []byte {
 
 // writeAtomic writes a file through fill into a temporary file beside path, syncs it and renames
 // it over path. On any error the temporary file is removed and path is untouched.
-func writeAtomic(path string, fill func(w *bufio.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+func writeAtomic(path string, fill func(w *bufio.Writer) error) error {
+	err := atomicfile.Write(path, func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, chunkBytes)
+		if err := fill(w); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
 	if err != nil {
 		return &Error{File: path, Err: err}
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = &Error{File: path, Err: err}
-		}
-	}()
-	w := bufio.NewWriterSize(tmp, chunkBytes)
-	if err = fill(w); err != nil {
-		return err
-	}
-	if err = w.Flush(); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename in dir durable where the platform allows it (best effort: directories
-// cannot be synced everywhere).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

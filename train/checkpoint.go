@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -86,12 +87,7 @@ func readTensor(dev kernels.Device, name string, b kernels.Buffer) tensor.WriteT
 }
 
 func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer f.Close()
-	_ = f.Sync() // best effort: not every file system syncs directories
+	atomicfile.SyncDir(dir)
 	return nil
 }
 

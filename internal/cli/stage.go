@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -238,16 +239,8 @@ func (o *StageOptions) prepareOutput() error {
 	return writeFileAtomic(path, rec)
 }
 
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
+// writeFileAtomic writes b to path under a temporary name first.
+func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(path, b) }
 
 // runStage trains step 1 or 2 end to end.
 func runStage(ctx context.Context, o *StageOptions) error {

@@ -125,6 +125,12 @@ func runTrain(o *TrainOptions) error {
 		{n: 3, name: "ppo", dir: ppoDir, cmd: newPPOCmd(o.g, func(p *PPOOptions) error { ppoOpts = p; return nil }),
 			args: append([]string{"--actor", actorDir, "--critic", rewardDir, "--output-dir", ppoDir}, common...)},
 	}
+	if task != nil {
+		// The demo's critic starts from the step-1 model with a fresh value
+		// head: the reward model's values (about -8..+4) are far from the
+		// clipped, KL-penalised rewards and would swamp the advantages.
+		steps[2].args = append([]string{"--actor", actorDir, "--critic", actorDir, "--reward", rewardDir, "--output-dir", ppoDir}, common...)
+	}
 	times := map[int]time.Duration{}
 	for _, st := range steps {
 		if !contains(o.Steps, st.n) {

@@ -41,8 +41,7 @@ an answer become spaces).`,
 			if opts.MaxNewTokens < 1 {
 				return usageErrorf("--max-new-tokens must be >= 1")
 			}
-			f := cmd.Flags()
-			opts.Sample.Greedy = !(f.Changed("temperature") || f.Changed("top-k") || f.Changed("top-p"))
+			opts.Sample.Greedy = !samplingChanged(cmd.Flags())
 			if err := opts.Sample.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -56,10 +55,7 @@ an answer become spaces).`,
 	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory")
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 128, "most tokens per answer")
-	f.Float64Var(&opts.Sample.Temperature, "temperature", 1, "sampling temperature (default: greedy)")
-	f.IntVar(&opts.Sample.TopK, "top-k", 0, "sample from the K most likely tokens")
-	f.Float64Var(&opts.Sample.TopP, "top-p", 1, "sample from the smallest set with this probability mass")
-	f.Uint64Var(&opts.Sample.Seed, "seed", 0, "sampling seed")
+	bindSampleFlags(f, &opts.Sample)
 	return cmd
 }
 

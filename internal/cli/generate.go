@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/tokenizer"
@@ -58,7 +59,7 @@ of tokens[i] under the full softmax at temperature 1.`,
 			if opts.MaxNewTokens < 1 {
 				return usageErrorf("--max-new-tokens must be >= 1")
 			}
-			sampling := cmd.Flags().Changed("temperature") || cmd.Flags().Changed("top-k") || cmd.Flags().Changed("top-p")
+			sampling := samplingChanged(cmd.Flags())
 			if greedy && sampling {
 				return usageErrorf("--greedy cannot be combined with --temperature, --top-k or --top-p")
 			}
@@ -79,10 +80,7 @@ of tokens[i] under the full softmax at temperature 1.`,
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory for --prompt (default: --model)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 32, "most tokens to generate")
 	f.BoolVar(&greedy, "greedy", false, "pick the most likely token (the default)")
-	f.Float64Var(&opts.Sample.Temperature, "temperature", 1, "sampling temperature")
-	f.IntVar(&opts.Sample.TopK, "top-k", 0, "sample from the K most likely tokens (0 = all)")
-	f.Float64Var(&opts.Sample.TopP, "top-p", 1, "sample from the smallest set with this probability mass")
-	f.Uint64Var(&opts.Sample.Seed, "seed", 0, "sampling seed")
+	bindSampleFlags(f, &opts.Sample)
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -150,4 +148,19 @@ func runGenerate(opts *GenerateOptions) error {
 	}
 	_, err = fmt.Fprintln(opts.g.Out, strings.Join(parts, ","))
 	return err
+}
+
+// bindSampleFlags binds --temperature, --top-k, --top-p and --seed. Greedy
+// decoding is the default; giving any of the first three switches to
+// sampling (see samplingChanged).
+func bindSampleFlags(f *pflag.FlagSet, o *model.SampleOptions) {
+	f.Float64Var(&o.Temperature, "temperature", 1, "sampling temperature (default: greedy decoding)")
+	f.IntVar(&o.TopK, "top-k", 0, "sample from the K most likely tokens (0 = all)")
+	f.Float64Var(&o.TopP, "top-p", 1, "sample from the smallest set with this probability mass")
+	f.Uint64Var(&o.Seed, "seed", 0, "sampling seed")
+}
+
+// samplingChanged reports whether a sampling flag was given.
+func samplingChanged(f *pflag.FlagSet) bool {
+	return f.Changed("temperature") || f.Changed("top-k") || f.Changed("top-p")
 }

@@ -105,12 +105,9 @@ Face directories, metrics.jsonl and training curves.`,
 			if err := o.Config.Validate(); err != nil {
 				return usageError{err}
 			}
-			if _, err := optim.NewSchedule(o.Scheduler, 0, 1); err != nil {
-				return usageErrorf("--lr-scheduler-type: %v", err)
-			}
-			sp, err := data.ParseSplit(o.DataSplit)
-			if err != nil || len(sp) != 3 {
-				return usageErrorf("--data-split %q: want three proportions like 2,4,4", o.DataSplit)
+			sp, err := checkScheduleAndSplit(o.Scheduler, o.DataSplit)
+			if err != nil {
+				return err
 			}
 			o.split = sp
 			if o.Reward == "" {

@@ -175,12 +175,9 @@ func (o *StageOptions) check(runF func(*StageOptions) error) error {
 	case !(o.LR > 0):
 		return usageErrorf("--learning-rate must be > 0")
 	}
-	if _, err := optim.NewSchedule(o.Scheduler, 0, 1); err != nil {
-		return usageErrorf("--lr-scheduler-type: %v", err)
-	}
-	sp, err := data.ParseSplit(o.DataSplit)
-	if err != nil || len(sp) != 3 {
-		return usageErrorf("--data-split %q: want three proportions like 2,4,4", o.DataSplit)
+	sp, err := checkScheduleAndSplit(o.Scheduler, o.DataSplit)
+	if err != nil {
+		return err
 	}
 	o.split = sp
 	if o.Tokenizer == "" {
@@ -453,4 +450,17 @@ func dataCacheDir(flag string) string {
 		return ""
 	}
 	return flag
+}
+
+// checkScheduleAndSplit validates --lr-scheduler-type and parses
+// --data-split (three proportions, one per step).
+func checkScheduleAndSplit(schedule, split string) (data.Split, error) {
+	if _, err := optim.NewSchedule(schedule, 0, 1); err != nil {
+		return nil, usageErrorf("--lr-scheduler-type: %v", err)
+	}
+	sp, err := data.ParseSplit(split)
+	if err != nil || len(sp) != 3 {
+		return nil, usageErrorf("--data-split %q: want three proportions like 2,4,4", split)
+	}
+	return sp, nil
 }

@@ -106,6 +106,27 @@ func TestStageMatchesPyTorch(t *testing.T) {
 			if e := relErr(res.RejScore, f32("rejected_scores"), 0); e > 1e-5 {
 				t.Errorf("rejected scores %v, PyTorch %v", res.RejScore, f32("rejected_scores"))
 			}
+			// Score: the same scores from unpadded sequences, in any batch size.
+			var seqs [][]int32
+			for _, ex := range set.Examples {
+				seqs = append(seqs, ex.IDs)
+			}
+			for _, ex := range set.Examples {
+				seqs = append(seqs, ex.Rejected)
+			}
+			want := append(f32("chosen_scores"), f32("rejected_scores")...)
+			for _, batch := range []int{0, 1, 3} {
+				got, err := Score(m, seqs, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(got, want, 0); e > 1e-5 {
+					t.Errorf("Score batch %d: %v, PyTorch %v", batch, got, want)
+				}
+			}
+			if _, err := Score(m, [][]int32{{}}, 0); err == nil {
+				t.Error("Score accepted an empty sequence")
+			}
 			ev, err := st.Evaluate()
 			if err != nil {
 				t.Fatal(err)

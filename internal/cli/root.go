@@ -126,6 +126,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(g, nil),
 		newGenerateCmd(g, nil),
+		newScoreCmd(g, nil),
 		newChatCmd(g, nil),
 		newTokenizeCmd(g, nil),
 		newDataCmd(g, nil),

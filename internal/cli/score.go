@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/reward"
+	"github.com/gochat-ai/gochat/tokenizer"
+)
+
+// ScoreOptions are the options of `gochat score`.
+type ScoreOptions struct {
+	g         *Globals
+	Model     string
+	Tokenizer string
+	Prompt    string
+	Answers   []string
+	EndText   string
+	JSON      bool
+}
+
+func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
+	opts := &ScoreOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "score --model REWARD_DIR --prompt TEXT --answer TEXT [--answer TEXT ...]",
+		Short: "Score answers to a prompt with a reward model (step 2's output)",
+		Long: `Score answers with a reward model, as DeepSpeed-Chat's rw_eval.py does: each
+answer is appended to the prompt, followed by --end-text as in step 2's
+training data, and the score is the value head's output at the last token.
+Higher is better; only differences between answers to the same prompt are
+meaningful. Prints one "score<TAB>answer" line per answer, or with --json
+one object {"prompt", "answers", "scores"}.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Model == "" {
+				return usageErrorf("--model is required")
+			}
+			if len(opts.Answers) == 0 {
+				return usageErrorf("give at least one --answer")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runScore(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Model, "model", "", "reward model directory (config.json + weights with a value head)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
+	f.StringVar(&opts.Prompt, "prompt", "", `prompt text, e.g. "\n\nHuman: ...\n\nAssistant:"`)
+	f.StringArrayVar(&opts.Answers, "answer", nil, "an answer to score (repeat the flag for several)")
+	f.StringVar(&opts.EndText, "end-text", data.DefaultEndText, "text appended to each answer, as in step 2 (\"\" for none)")
+	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func runScore(opts *ScoreOptions) error {
+	dev, err := newCPU(opts.g)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "yes"})
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model))
+	if err != nil {
+		return err
+	}
+	seqs := make([][]int32, len(opts.Answers))
+	for i, a := range opts.Answers {
+		// As the step-2 data builder tokenizes: the whole text at once.
+		seqs[i] = tok.Encode(opts.Prompt+a+opts.EndText, true)
+	}
+	scores, err := reward.Score(m, seqs, 16)
+	if err != nil {
+		return fmt.Errorf("score with %s: %w", opts.Model, err)
+	}
+	if opts.JSON {
+		return json.NewEncoder(opts.g.Out).Encode(map[string]any{"prompt": opts.Prompt, "answers": opts.Answers, "scores": scores})
+	}
+	for i, a := range opts.Answers {
+		if _, err := fmt.Fprintf(opts.g.Out, "%.4f\t%q\n", scores[i], a); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/optim"
 	"github.com/gochat-ai/gochat/tensor"
@@ -19,7 +19,14 @@ import (
 // directory.
 const CheckpointDir = "checkpoint"
 
-// state.json of a checkpoint.
+// Checkpoint files inside CheckpointDir: the buffers (float32 tensors named
+// as given to SaveState) and a JSON record.
+const (
+	stateTensors = "state.safetensors"
+	stateRecord  = "state.json"
+)
+
+// state.json of a training-loop checkpoint.
 type ckptState struct {
 	Format      int      `json:"format"`
 	Fingerprint string   `json:"fingerprint"`
@@ -30,42 +37,36 @@ type ckptState struct {
 	Buffers     []string `json:"buffers"`
 }
 
-// checkpoint writes the full training state to Dir/checkpoint: into a new
-// temporary folder first, which then replaces the old checkpoint by
-// renames, so a crash leaves either the old or the new one complete.
-func (l *loop) checkpoint() error {
-	if l.cfg.Dir == "" {
-		return nil
-	}
-	final := filepath.Join(l.cfg.Dir, CheckpointDir)
-	tmp, err := os.MkdirTemp(l.cfg.Dir, ".checkpoint-*")
+// SaveState writes a checkpoint to dir/checkpoint: the named device buffers
+// into state.safetensors and record (JSON) into state.json. Everything
+// goes into a new temporary folder first, which then replaces the old
+// checkpoint by renames, so a crash at any point leaves either the old or
+// the new checkpoint complete. Buffers are streamed chunk by chunk, so a
+// checkpoint never holds a host copy of the whole state.
+func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, record any) error {
+	final := filepath.Join(dir, CheckpointDir)
+	tmp, err := os.MkdirTemp(dir, ".checkpoint-*")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	pos := l.pos
-	pos.LastCkpt = pos.Step
 	var ts []tensor.WriteTensor
-	names := sortedKeys(l.tr.State)
-	for _, name := range names {
-		ts = append(ts, readTensor(l.dev, "param."+name, l.tr.State[name]))
+	for _, name := range sortedKeys(bufs) {
+		b := bufs[name]
+		ts = append(ts, tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()},
+			Read: func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }})
 	}
-	m, v := l.opt.Moments()
-	for i := range m {
-		ts = append(ts, readTensor(l.dev, fmt.Sprintf("adam.m.%d", i), m[i]), readTensor(l.dev, fmt.Sprintf("adam.v.%d", i), v[i]))
-	}
-	if err := tensor.WriteSafetensors(filepath.Join(tmp, "state.safetensors"), ts, map[string]string{"format": "gochat-train"}); err != nil {
+	if err := tensor.WriteSafetensors(filepath.Join(tmp, stateTensors), ts, map[string]string{"format": "gochat-checkpoint"}); err != nil {
 		return err
 	}
-	st := ckptState{Format: 1, Fingerprint: l.cfg.Fingerprint, Position: pos, Seed: l.cfg.Seed,
-		OptSteps: l.opt.Steps(), MetricsRows: l.metrics.rows, Buffers: names}
-	b, _ := json.MarshalIndent(st, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, "state.json"), b, 0o644); err != nil {
+	b, err := json.MarshalIndent(record, "", "  ")
+	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	if err := syncDir(tmp); err != nil {
-		return err
+	if err := os.WriteFile(filepath.Join(tmp, stateRecord), b, 0o644); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
 	}
+	atomicfile.SyncDir(tmp)
 	old := final + ".old"
 	os.RemoveAll(old)
 	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -75,19 +76,83 @@ func (l *loop) checkpoint() error {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	os.RemoveAll(old)
-	l.pos.LastCkpt = pos.Step
-	return syncDir(l.cfg.Dir)
-}
-
-// readTensor streams a device buffer into a checkpoint file chunk by chunk,
-// so a checkpoint never holds a host copy of the whole state.
-func readTensor(dev kernels.Device, name string, b kernels.Buffer) tensor.WriteTensor {
-	return tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()},
-		Read: func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }}
-}
-
-func syncDir(dir string) error {
 	atomicfile.SyncDir(dir)
+	return nil
+}
+
+// ReadRecord reads the JSON record of the checkpoint in dir into record.
+func ReadRecord(dir string, record any) error {
+	path := filepath.Join(dir, CheckpointDir, stateRecord)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	if err := json.Unmarshal(b, record); err != nil {
+		return fmt.Errorf("read checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadState restores the named device buffers from the checkpoint in dir;
+// each must be present with its exact size.
+func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) error {
+	cdir := filepath.Join(dir, CheckpointDir)
+	ck, err := tensor.Open(filepath.Join(cdir, stateTensors))
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	for _, name := range sortedKeys(bufs) {
+		b := bufs[name]
+		info, ok := ck.Info(name)
+		if !ok {
+			return fmt.Errorf("checkpoint %s: tensor %q is missing", cdir, name)
+		}
+		if info.Numel() != b.Len() {
+			return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", cdir, name, info.Numel(), b.Len())
+		}
+		h := make([]float32, b.Len())
+		if err := ck.ReadF32(name, h); err != nil {
+			return err
+		}
+		dev.WriteF32(b, h)
+	}
+	return nil
+}
+
+// OptimizerState adds an optimizer's moments to bufs under prefix
+// (prefix+"m.0", prefix+"v.0", ...), for SaveState and LoadState.
+func OptimizerState(bufs map[string]kernels.Buffer, prefix string, opt *optim.AdamW) {
+	m, v := opt.Moments()
+	for i := range m {
+		bufs[fmt.Sprintf("%sm.%d", prefix, i)] = m[i]
+		bufs[fmt.Sprintf("%sv.%d", prefix, i)] = v[i]
+	}
+}
+
+// loopBuffers are the buffers of a training-loop checkpoint.
+func loopBuffers(tr Trainable, opt *optim.AdamW) map[string]kernels.Buffer {
+	bufs := map[string]kernels.Buffer{}
+	for name, b := range tr.State {
+		bufs["param."+name] = b
+	}
+	OptimizerState(bufs, "adam.", opt)
+	return bufs
+}
+
+// checkpoint writes the loop's full training state to Dir/checkpoint.
+func (l *loop) checkpoint() error {
+	if l.cfg.Dir == "" {
+		return nil
+	}
+	pos := l.pos
+	pos.LastCkpt = pos.Step
+	st := ckptState{Format: 1, Fingerprint: l.cfg.Fingerprint, Position: pos, Seed: l.cfg.Seed,
+		OptSteps: l.opt.Steps(), MetricsRows: l.metrics.rows, Buffers: sortedKeys(l.tr.State)}
+	if err := SaveState(l.dev, l.cfg.Dir, loopBuffers(l.tr, l.opt), st); err != nil {
+		return err
+	}
+	l.pos.LastCkpt = pos.Step
 	return nil
 }
 
@@ -102,28 +167,16 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // HasCheckpoint reports whether dir holds a training checkpoint.
 func HasCheckpoint(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, CheckpointDir, "state.json"))
+	_, err := os.Stat(filepath.Join(dir, CheckpointDir, stateRecord))
 	return err == nil
 }
 
 // CheckpointFingerprint returns the fingerprint of the run that wrote the
 // checkpoint in dir.
 func CheckpointFingerprint(dir string) (string, error) {
-	st, err := readState(dir)
-	return st.Fingerprint, err
-}
-
-func readState(dir string) (ckptState, error) {
-	path := filepath.Join(dir, CheckpointDir, "state.json")
 	var st ckptState
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return st, fmt.Errorf("read checkpoint: %w", err)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, fmt.Errorf("read checkpoint %s: %w", path, err)
-	}
-	return st, nil
+	err := ReadRecord(dir, &st)
+	return st.Fingerprint, err
 }
 
 // loadCheckpoint restores the state saved in cfg.Dir. ok is false when
@@ -132,8 +185,8 @@ func loadCheckpoint(dev kernels.Device, cfg Config, tr Trainable, opt *optim.Ada
 	if !HasCheckpoint(cfg.Dir) {
 		return position{}, false, nil
 	}
-	st, err := readState(cfg.Dir)
-	if err != nil {
+	var st ckptState
+	if err := ReadRecord(cfg.Dir, &st); err != nil {
 		return position{}, false, err
 	}
 	dir := filepath.Join(cfg.Dir, CheckpointDir)
@@ -143,39 +196,8 @@ func loadCheckpoint(dev kernels.Device, cfg Config, tr Trainable, opt *optim.Ada
 	if st.Seed != cfg.Seed {
 		return position{}, false, fmt.Errorf("checkpoint in %s was made with --seed %d, not %d", dir, st.Seed, cfg.Seed)
 	}
-	ck, err := tensor.Open(filepath.Join(dir, "state.safetensors"))
-	if err != nil {
+	if err := LoadState(dev, cfg.Dir, loopBuffers(tr, opt)); err != nil {
 		return position{}, false, err
-	}
-	defer ck.Close()
-	load := func(name string, b kernels.Buffer) error {
-		info, ok := ck.Info(name)
-		if !ok {
-			return fmt.Errorf("checkpoint %s: tensor %q is missing", dir, name)
-		}
-		if info.Numel() != b.Len() {
-			return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", dir, name, info.Numel(), b.Len())
-		}
-		h := make([]float32, b.Len())
-		if err := ck.ReadF32(name, h); err != nil {
-			return err
-		}
-		dev.WriteF32(b, h)
-		return nil
-	}
-	for name, b := range tr.State {
-		if err := load("param."+name, b); err != nil {
-			return position{}, false, err
-		}
-	}
-	m, v := opt.Moments()
-	for i := range m {
-		if err := load(fmt.Sprintf("adam.m.%d", i), m[i]); err != nil {
-			return position{}, false, err
-		}
-		if err := load(fmt.Sprintf("adam.v.%d", i), v[i]); err != nil {
-			return position{}, false, err
-		}
 	}
 	opt.SetSteps(st.OptSteps)
 	return st.Position, true, nil

@@ -212,7 +212,8 @@ func TestNonFiniteStopsAndKeepsCheckpoint(t *testing.T) {
 	if !errors.As(err, &nf) || nf.Checkpoint != 6 || !strings.Contains(err.Error(), "step 8") {
 		t.Fatalf("error %v, want a non-finite loss at step 8 with the step-6 checkpoint intact", err)
 	}
-	st, err := readState(dir)
+	var st ckptState
+	err = ReadRecord(dir, &st)
 	if err != nil || st.Position.Step != 6 {
 		t.Errorf("checkpoint after the failure: %+v, %v", st.Position, err)
 	}

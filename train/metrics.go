@@ -152,3 +152,19 @@ func ReadMetrics(path string) ([]map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// TruncateMetrics rewrites the metrics log at path keeping the records of
+// steps up to step (all others dropped; a missing file is created empty),
+// for a resumed run that appends from there.
+func TruncateMetrics(path string, step int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("open metrics: %w", err)
+	}
+	m := &metricsFile{path: path, f: f}
+	if err := m.truncate(step); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

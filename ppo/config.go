@@ -28,6 +28,12 @@ type Config struct {
 	// variance over the counted answer tokens of a batch (Whiten).
 	// DeepSpeed-Chat does not.
 	WhitenAdvantages bool
+	// ScoreScaling divides each reward-model score by the running standard
+	// deviation of all scores so far, before clipping (Hugging Face TRL's
+	// use_score_scaling; reward scaling in "Implementation Matters in Deep
+	// RL"). ScoreNorm also subtracts the running mean (use_score_norm; it
+	// needs ScoreScaling). DeepSpeed-Chat does neither.
+	ScoreScaling, ScoreNorm bool
 
 	// ActorLR and CriticLR are the peak learning rates
 	// (actor_learning_rate, critic_learning_rate).
@@ -98,6 +104,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.CriticLR > 0) {
 		bad("critic_learning_rate", c.CriticLR, "> 0")
+	}
+	if c.ScoreNorm && !c.ScoreScaling {
+		bad("score norm", c.ScoreNorm, "score scaling on as well")
 	}
 	if c.PPOEpochs < 1 {
 		bad("ppo_epochs", c.PPOEpochs, ">= 1")

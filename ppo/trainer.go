@@ -91,6 +91,9 @@ type Batch struct {
 	Seq, Attn []int32
 	// AnswerLens[b] is row b's number of generated tokens (EOS included).
 	AnswerLens []int
+	// RawScores are the reward model's scores, [B]; Exp.Scores are the
+	// same unless Config.ScoreScaling rescaled them.
+	RawScores []float32
 	// Kept are the indices of the kept rows in the prompt batch.
 	Kept []int
 	// Gen measures the generation and the gradient-free forwards.
@@ -109,7 +112,7 @@ func (b *Batch) Slice(lo, hi int) *Batch {
 		panic(fmt.Sprintf("ppo: rows [%d,%d) of a batch of %d", lo, hi, e.B))
 	}
 	T := e.T
-	return &Batch{
+	out := &Batch{
 		Exp: Experience[float32]{
 			Shape:       Shape{B: hi - lo, T: T, Start: e.Start},
 			LogProbs:    e.LogProbs[lo*T : hi*T],
@@ -122,6 +125,10 @@ func (b *Batch) Slice(lo, hi int) *Batch {
 		AnswerLens: b.AnswerLens[lo:hi], Kept: b.Kept[lo:hi],
 		Gen: b.Gen, Rollout: b.Rollout,
 	}
+	if b.RawScores != nil {
+		out.RawScores = b.RawScores[lo:hi]
+	}
+	return out
 }
 
 // GenStats measure GenerateExperience.
@@ -183,7 +190,8 @@ type Trainer struct {
 	actorOpt, criticOpt *optim.AdamW
 	emaFlat, emaLoRA    kernels.Buffer
 	scoreEMA            ScoreEMA
-	steps               uint64 // TrainStep calls, keys the dropout seeds
+	moments             RunningMoments // of the raw scores, with Config.ScoreScaling
+	steps               uint64         // TrainStep calls, keys the dropout seeds
 }
 
 // NewTrainer checks the models' compatibility and builds the two
@@ -311,6 +319,10 @@ func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ppo: reward forward: %w", err)
 	}
+	bt.RawScores = append([]float32(nil), scores...)
+	if t.cfg.ScoreScaling {
+		t.moments.Scale(scores, t.cfg.ScoreNorm)
+	}
 	gs.ForwardSeconds = time.Since(t0).Seconds()
 	bt.Gen = gs
 	bt.Exp = Experience[float32]{
@@ -369,7 +381,11 @@ func (t *Trainer) TrainStep(bt *Batch, unsup *UnsupBatch) (StepStats, error) {
 		GenerateSeconds:         bt.Gen.GenerateSeconds,
 		GenerateTokensPerSecond: bt.Gen.TokensPerSecond(),
 	}
-	for _, v := range exp.Scores {
+	raw := bt.RawScores
+	if raw == nil {
+		raw = exp.Scores
+	}
+	for _, v := range raw {
 		st.RewardScore += float64(v)
 	}
 	st.RewardScore /= float64(B)
@@ -596,4 +612,52 @@ func (t *Trainer) rewardScores(seq, attn []int32, B, S, P int) ([]float32, error
 		scores[b] = v[b*S2+lasts[b]]
 	}
 	return scores, nil
+}
+
+// TrainerState is the host-side state of a Trainer that a checkpoint
+// records besides StateBuffers.
+type TrainerState struct {
+	Steps    uint64   `json:"steps"`
+	ScoreEMA ScoreEMA `json:"score_ema"`
+	// ScoreMoments are the running moments of score scaling.
+	ScoreMoments   RunningMoments `json:"score_moments"`
+	ActorOptSteps  int            `json:"actor_optimizer_steps"`
+	CriticOptSteps int            `json:"critic_optimizer_steps"`
+}
+
+// StateBuffers returns, by name, the device buffers a step-3 checkpoint
+// saves and restores: the actor's and the critic's trained parameters
+// (with their LoRA adapters), the EMA, and both optimizers' moments. The
+// frozen reference and reward models are not included.
+func (t *Trainer) StateBuffers() map[string]kernels.Buffer {
+	bufs := map[string]kernels.Buffer{}
+	for name, b := range t.actorTr.State {
+		bufs["actor."+name] = b
+	}
+	for name, b := range t.criticTr.State {
+		bufs["critic."+name] = b
+	}
+	if t.emaFlat != nil {
+		bufs["ema.model"] = t.emaFlat
+	}
+	if t.emaLoRA != nil {
+		bufs["ema.lora"] = t.emaLoRA
+	}
+	train.OptimizerState(bufs, "actor.adam.", t.actorOpt)
+	train.OptimizerState(bufs, "critic.adam.", t.criticOpt)
+	return bufs
+}
+
+// State returns the host-side state for a checkpoint.
+func (t *Trainer) State() TrainerState {
+	return TrainerState{Steps: t.steps, ScoreEMA: t.scoreEMA, ScoreMoments: t.moments, ActorOptSteps: t.actorOpt.Steps(), CriticOptSteps: t.criticOpt.Steps()}
+}
+
+// Restore sets the host-side state from a checkpoint (after its
+// StateBuffers were loaded), so the next TrainStep continues as the
+// interrupted run would have.
+func (t *Trainer) Restore(s TrainerState) {
+	t.steps, t.scoreEMA, t.moments = s.Steps, s.ScoreEMA, s.ScoreMoments
+	t.actorOpt.SetSteps(s.ActorOptSteps)
+	t.criticOpt.SetSteps(s.CriticOptSteps)
 }

@@ -517,3 +517,56 @@ func TestScoreFunction(t *testing.T) {
 		}
 	}
 }
+
+// With ScoreScaling the experience carries the raw scores divided by the
+// running standard deviation (centred with ScoreNorm), TrainStep logs the
+// raw mean, and the moments carry over batches and through State/Restore.
+func TestScoreScalingInTrainer(t *testing.T) {
+	for _, norm := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.ScoreScaling, cfg.ScoreNorm = true, norm
+		scores := []float32{3, -1, 7, 2, 5, 0, -4, 9}
+		k := 0
+		opts := Options{Score: func(_, _ []int32) float32 { k++; return scores[(k-1)%len(scores)] }}
+		r := newRig(t, cfg, opts, sampledOpts)
+		var all []float32
+		for batch := range 2 {
+			b, err := r.trainer.GenerateExperience(testPrompts(uint64(3+batch), 4, 5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, b.RawScores...)
+			var m RunningMoments
+			m.Update(all)
+			for i, raw := range b.RawScores {
+				want := float64(raw)
+				if norm {
+					want -= m.Mean
+				}
+				want /= m.Std() + scoreEps
+				if math.Abs(float64(b.Exp.Scores[i])-want) > 1e-5 {
+					t.Fatalf("norm %v batch %d row %d: scaled %v, want %v", norm, batch, i, b.Exp.Scores[i], want)
+				}
+			}
+			st, err := r.trainer.TrainStep(b, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mean float64
+			for _, v := range b.RawScores {
+				mean += float64(v)
+			}
+			if mean /= float64(len(b.RawScores)); math.Abs(st.RewardScore-mean) > 1e-6 {
+				t.Errorf("logged reward %v, want the raw mean %v", st.RewardScore, mean)
+			}
+		}
+		if s := r.trainer.State(); s.ScoreMoments.Count != float64(len(all)) {
+			t.Errorf("state has moments of %v scores, want %d", s.ScoreMoments.Count, len(all))
+		}
+	}
+	cfg := testConfig()
+	cfg.ScoreNorm = true
+	if err := cfg.Validate(); err == nil {
+		t.Error("score norm without score scaling validated")
+	}
+}

@@ -43,6 +43,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "matmul", "--shape", "1x2"}, "MxNxK"},
 		{[]string{"bench", "matmul", "--transpose", "xy"}, "--transpose"},
 		{[]string{"bench", "train", "--model", "opt-7"}, "unknown model"},
+		{[]string{"score", "--answer", "x"}, "--model is required"},
+		{[]string{"score", "--model", "x"}, "--answer"},
+		{[]string{"ppo", "--actor", "a", "--critic", "c", "--data", "d", "--output-dir", "o", "--resume", "--overwrite"}, "exclude each other"},
+		{[]string{"ppo", "--actor", "a", "--critic", "c", "--data", "d", "--output-dir", "o", "--use-score-norm"}, "score norm"},
 	} {
 		_, errOut, code := run(t, c.args...)
 		if code != exitUsage || !strings.Contains(errOut, c.want) {

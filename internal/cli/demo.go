@@ -12,6 +12,7 @@ import (
 	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/train"
 )
 
@@ -81,7 +82,6 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 	}
 	right := 0
 	var seqs [][]int32
-	T := 0
 	for i, gen := range gens {
 		ans := gen.Tokens
 		if n := len(ans); n > 0 && int(ans[n-1]) == m.Config.EOSTokenID {
@@ -94,30 +94,16 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 		// Scored as the reward model was trained: answer (no EOS) + end text.
 		seq := append(append(append([]int32{}, prompts[i]...), ans...), tok.t.Encode(data.DefaultEndText, false)...)
 		seqs = append(seqs, seq)
-		T = max(T, len(seq))
 	}
-	// Reward-model scores: the value at each sequence's last token.
-	B := len(seqs)
-	ids, mask := make([]int32, B*T), make([]int32, B*T)
-	for b, seq := range seqs {
-		for t := range T {
-			if t < len(seq) {
-				ids[b*T+t], mask[b*T+t] = seq[t], 1
-			} else {
-				ids[b*T+t] = int32(rm.Config.PadTokenID)
-			}
-		}
-	}
-	a := rm.NewActs(B, T, model.ActsOptions{NoLogits: true})
-	if err := rm.Forward(a, model.Batch{IDs: ids, Mask: mask}); err != nil {
+	scores, err := reward.Score(rm, seqs, 0)
+	if err != nil {
 		return 0, 0, err
 	}
-	v, _ := rm.Values(a)
 	var sum float64
-	for b, seq := range seqs {
-		sum += float64(v[b*T+len(seq)-1])
+	for _, v := range scores {
+		sum += float64(v)
 	}
-	return float64(right) / float64(len(gens)), sum / float64(B), nil
+	return float64(right) / float64(len(gens)), sum / float64(len(scores)), nil
 }
 
 // demoReport writes report.json and report.html for a demo run.
@@ -186,7 +172,7 @@ func demoReport(g *Globals, out string, task *demo.Task, seconds map[int]float64
 	for _, p := range []struct{ title, file string }{
 		{"SFT loss", "actor/loss.png"}, {"Reward-model accuracy", "reward/accuracy.png"},
 		{"Reward-model eval accuracy", "reward/eval_accuracy.png"}, {"PPO reward", "ppo/reward_score.png"},
-		{"PPO KL", "ppo/kl.png"},
+		{"PPO KL", "ppo/kl.png"}, {"PPO answer accuracy (sampled, exact checker)", "ppo/answer_accuracy.png"},
 	} {
 		img, err := os.ReadFile(filepath.Join(out, p.file))
 		if err != nil {

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -57,15 +60,23 @@ type PPOOptions struct {
 	NoCriticDropout   bool
 	MaxGradNorm       float64
 	EnableEMA         bool
-	KeepCache         bool
-	PrintAnswers      bool
+	KeepCache         bool `json:"-"`
+	PrintAnswers      bool `json:"-"`
 	Sample            model.SampleOptions
 	Config            ppo.Config
 	OutputDir         string
-	Overwrite         bool
-	DataCache         string
+	Overwrite         bool   `json:"-"`
+	Resume            bool   `json:"-"`
+	SaveInterval      int    `json:"-"`
+	DataCache         string `json:"-"`
 	EndText           string
+	UnsupData         string
+	UnsupColumn       string
 	split             data.Split
+	// check grades an answer to a prompt (the demo's exact checker); with
+	// it, each step logs answer_accuracy, the fraction of sampled answers
+	// that are right. ok is false for a prompt it cannot grade.
+	check func(prompt, answer string) (right, ok bool)
 }
 
 func newPPOCmd(g *Globals, runF func(*PPOOptions) error) *cobra.Command {
@@ -95,6 +106,10 @@ Face directories, metrics.jsonl and training curves.`,
 				return usageErrorf("--max-prompt-seq-len must be >= 1 and --max-answer-seq-len >= 2")
 			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
 				return usageErrorf("--only-optimize-lora needs --actor-lora-dim or --critic-lora-dim")
+			case o.SaveInterval < 0:
+				return usageErrorf("--save-interval must be >= 0")
+			case o.Resume && o.Overwrite:
+				return usageErrorf("--resume and --overwrite exclude each other")
 			}
 			f := cmd.Flags()
 			o.Sample.Greedy = f.Changed("greedy")
@@ -170,20 +185,79 @@ Face directories, metrics.jsonl and training curves.`,
 	f.Float64Var(&o.Config.Lambda, "lam", o.Config.Lambda, "GAE λ")
 	f.Float64Var(&o.Config.EMABeta, "ema-beta", o.Config.EMABeta, "actor EMA β")
 	f.BoolVar(&o.Config.WhitenAdvantages, "whiten-advantages", false, "normalise advantages over each batch")
+	f.BoolVar(&o.Config.ScoreScaling, "use-score-scaling", false, "divide reward scores by their running standard deviation before clipping")
+	f.BoolVar(&o.Config.ScoreNorm, "use-score-norm", false, "with --use-score-scaling, also subtract the running mean")
 	f.StringVar(&o.OutputDir, "output-dir", "", "where actor/, critic/, actor_ema/ and metrics go")
 	f.BoolVar(&o.Overwrite, "overwrite", false, "replace what --output-dir holds")
+	f.BoolVar(&o.Resume, "resume", false, "continue the run in --output-dir from its checkpoint")
+	f.IntVar(&o.SaveInterval, "save-interval", 0, "checkpoint every N generation batches (0: at the end of each epoch over the prompts)")
+	f.StringVar(&o.UnsupData, "unsupervised-dataset", "", "plain-text dataset for mixture training (its train split; e.g. wikitext)")
+	f.StringVar(&o.UnsupColumn, "unsupervised-dataset-column", "", "text column of --unsupervised-dataset (default: \"text\" or its only string column)")
+	f.Float64Var(&o.Config.UnsupCoef, "unsup-coef", o.Config.UnsupCoef, "weight of the unsupervised LM loss (with --unsupervised-dataset)")
 	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (\"off\" disables)")
 	f.StringVar(&o.EndText, "reward-end-text", data.DefaultEndText, "text appended to answers before the reward model scores them, as in step 2 (\"\" for none)")
 	return cmd
 }
 
-func runPPO(ctx context.Context, o *PPOOptions) error {
-	log := o.g.Log
-	if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil && !o.Overwrite {
-		return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
+// ppoCheckpoint is the record of a step-3 checkpoint (state.json).
+type ppoCheckpoint struct {
+	Fingerprint string           `json:"fingerprint"`
+	Batches     int              `json:"generation_batches_done"`
+	Steps       int              `json:"ppo_steps_done"`
+	Trainer     ppo.TrainerState `json:"trainer"`
+}
+
+// fingerprint identifies a step-3 run by the settings that change its
+// result.
+func (o *PPOOptions) fingerprint() string {
+	b, _ := json.Marshal(o)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// prepareOutput checks --output-dir against --resume and --overwrite, as
+// steps 1 and 2 do, and records this run there.
+func (o *PPOOptions) prepareOutput() error {
+	path := filepath.Join(o.OutputDir, runFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil && !o.Overwrite {
+			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
+		}
+		if o.Resume {
+			o.g.Log.Warn().Str("dir", o.OutputDir).Msg("--resume: no run there yet, starting afresh")
+			o.Resume = false
+		}
+	case err != nil:
+		return fmt.Errorf("read %s: %w", path, err)
+	default:
+		var prev struct {
+			Fingerprint string `json:"fingerprint"`
+		}
+		_ = json.Unmarshal(b, &prev)
+		switch {
+		case o.Overwrite:
+			for _, sub := range []string{train.CheckpointDir, train.MetricsFile, runFile} {
+				os.RemoveAll(filepath.Join(o.OutputDir, sub))
+			}
+		case prev.Fingerprint != o.fingerprint():
+			return usageErrorf("--output-dir %s holds a different step-3 run (its settings differ); choose another directory or pass --overwrite", o.OutputDir)
+		case !o.Resume:
+			return usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", o.OutputDir)
+		}
 	}
 	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
 		return fmt.Errorf("create --output-dir: %w", err)
+	}
+	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": o.fingerprint(), "options": o}, "", "  ")
+	return writeFileAtomic(path, rec)
+}
+
+func runPPO(ctx context.Context, o *PPOOptions) error {
+	log := o.g.Log
+	if err := o.prepareOutput(); err != nil {
+		return err
 	}
 	dev, err := newCPU(o.g)
 	if err != nil {
@@ -228,6 +302,10 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err != nil {
 		return err
 	}
+	unsup, err := o.loadUnsupervised()
+	if err != nil {
+		return err
+	}
 	sample := o.Sample
 	sample.Seed = o.Seed
 	eng, err := hybridengine.New(actor, actorLoRA, hybridengine.Options{MaxAnswerLen: o.MaxAnswerLen, Sample: sample,
@@ -255,10 +333,29 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err != nil {
 		return err
 	}
+	// Resume: the checkpoint restores the trained state; the prompt order,
+	// sampling and dropout are functions of the seed and the position, so
+	// the run continues exactly as the interrupted one would have.
+	startBatch, step := 0, 0
+	if o.Resume && train.HasCheckpoint(o.OutputDir) {
+		var ck ppoCheckpoint
+		if err := train.ReadRecord(o.OutputDir, &ck); err != nil {
+			return err
+		}
+		if ck.Fingerprint != o.fingerprint() {
+			return usageErrorf("checkpoint in %s belongs to a different run; pass --overwrite to start afresh", o.OutputDir)
+		}
+		if err := train.LoadState(dev, o.OutputDir, tr.StateBuffers()); err != nil {
+			return err
+		}
+		tr.Restore(ck.Trainer)
+		startBatch, step = ck.Batches, ck.Steps
+		log.Info().Int("generation_batch", startBatch).Int("step", step).Msg("resumed from checkpoint")
+	}
 	metricsPath := filepath.Join(o.OutputDir, train.MetricsFile)
-	mf, err := os.Create(metricsPath)
+	mf, err := openPPOMetrics(metricsPath, step)
 	if err != nil {
-		return fmt.Errorf("create metrics: %w", err)
+		return err
 	}
 	defer mf.Close()
 	col := data.Collator{T: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID)}
@@ -266,8 +363,18 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		Str("device", dev.Name()).Msg("step 3")
 	start := time.Now()
 	var pending []*ppo.Batch
-	step := 0
-	for gb := 0; gb < total; gb++ {
+	checkpoint := func(done int) error {
+		ck := ppoCheckpoint{Fingerprint: o.fingerprint(), Batches: done, Steps: step, Trainer: tr.State()}
+		if err := mf.Sync(); err != nil {
+			return fmt.Errorf("write metrics: %w", err)
+		}
+		if err := train.SaveState(dev, o.OutputDir, tr.StateBuffers(), ck); err != nil {
+			return err
+		}
+		log.Debug().Int("generation_batch", done).Int("step", step).Msg("checkpoint")
+		return nil
+	}
+	for gb := startBatch; gb < total; gb++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -292,9 +399,15 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			return err
 		}
 		if o.PrintAnswers && tok != nil && bt.Rollout != nil {
-			p, _ := tok.Decode(exs[0].IDs, true)
-			a, _ := tok.Decode(bt.Rollout.Answer(0), true)
-			log.Info().Str("prompt", p).Str("answer", a).Msg("sample")
+			for i, r := range bt.Kept[:min(len(bt.Kept), 4)] {
+				p, _ := tok.Decode(exs[r].IDs, true)
+				a, _ := tok.Decode(bt.Rollout.Answer(r), true)
+				log.Info().Str("prompt", p).Str("answer", a).Float32("score", bt.Exp.Scores[i]).Msg("sample")
+			}
+		}
+		accuracy := math.NaN()
+		if o.check != nil && tok != nil {
+			accuracy = o.answerAccuracy(tok, exs, bt)
 		}
 		pending = append(pending, bt)
 		if len(pending) < o.GenerationBatches && gb < total-1 {
@@ -304,30 +417,56 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			for _, b := range pending {
 				n := len(b.Kept)
 				for lo := 0; lo < n; lo += o.TrainBatch {
-					st, err := tr.TrainStep(b.Slice(lo, min(lo+o.TrainBatch, n)), nil)
+					var ub *ppo.UnsupBatch
+					if unsup != nil {
+						if ub, err = unsup.batch(step, o.TrainBatch); err != nil {
+							return err
+						}
+					}
+					st, err := tr.TrainStep(b.Slice(lo, min(lo+o.TrainBatch, n)), ub)
 					if err != nil {
 						return fmt.Errorf("PPO step %d: %w", step+1, err)
 					}
 					step++
+					if err := checkFinite(st, step); err != nil {
+						return err
+					}
 					rec := map[string]any{"step": step, "epoch": epoch, "actor_loss": st.ActorLoss, "critic_loss": st.CriticLoss,
 						"reward_score": st.RewardScore, "reward_score_ema": st.RewardScoreEMA, "kl": st.KL, "answer_len": st.AnswerLen,
 						"actor_clipfrac": st.ActorClipFrac, "critic_clipfrac": st.CriticClipFrac,
 						"generation_seconds": st.GenerateSeconds, "generation_tokens_per_sec": st.GenerateTokensPerSecond,
 						"training_seconds": st.TrainSeconds, "training_tokens_per_sec": st.TrainTokensPerSecond}
-					line, _ := json.Marshal(rec)
-					if _, err := mf.Write(append(line, '\n')); err != nil {
-						return fmt.Errorf("write metrics: %w", err)
+					ev := log.Info().Int("step", step).Float64("reward", st.RewardScore).Float64("kl", st.KL).
+						Float64("actor_loss", st.ActorLoss).Float64("critic_loss", st.CriticLoss).Float64("answer_len", st.AnswerLen)
+					if !math.IsNaN(accuracy) {
+						rec["answer_accuracy"] = accuracy
 					}
-					log.Info().Int("step", step).Float64("reward", st.RewardScore).Float64("kl", st.KL).
-						Float64("actor_loss", st.ActorLoss).Float64("critic_loss", st.CriticLoss).
-						Float64("answer_len", st.AnswerLen).Msg("ppo")
+					if ub != nil {
+						rec["unsup_loss"] = st.UnsupLoss
+						ev = ev.Float64("unsup_loss", st.UnsupLoss)
+					}
+					if err := mf.Write(rec); err != nil {
+						return err
+					}
+					ev.Msg("ppo")
 				}
 			}
 		}
 		pending = pending[:0]
+		done := gb + 1
+		if done < total && ((o.SaveInterval > 0 && done%o.SaveInterval == 0) || (o.SaveInterval == 0 && done%batchesPerEpoch == 0)) {
+			if err := checkpoint(done); err != nil {
+				return err
+			}
+		}
 	}
 	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, tr); err != nil {
 		return err
+	}
+	// The outputs are complete: the checkpoint (the size of two models and
+	// their optimizers) has served its purpose.
+	if err := os.RemoveAll(filepath.Join(o.OutputDir, train.CheckpointDir)); err != nil {
+		log.Warn().Err(err).Msg("checkpoint not removed")
 	}
 	if _, err := train.PlotMetrics(metricsPath, o.OutputDir); err != nil {
 		log.Warn().Err(err).Msg("training curves not drawn")
@@ -335,6 +474,135 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	log.Info().Int("steps", step).Str("elapsed", time.Since(start).Round(time.Second).String()).Str("output", o.OutputDir).Msg("done")
 	return nil
 }
+
+// answerAccuracy grades the sampled answers of a generation batch with
+// o.check: the fraction right among the gradable ones (NaN if none).
+func (o *PPOOptions) answerAccuracy(tok *tokenizer.Tokenizer, exs []data.Example, bt *ppo.Batch) float64 {
+	right, n := 0, 0
+	eos, _ := tok.EOS()
+	for _, r := range bt.Kept {
+		ans := bt.Rollout.Answer(r)
+		if k := len(ans); k > 0 && ans[k-1] == eos {
+			ans = ans[:k-1]
+		}
+		p, err1 := tok.Decode(exs[r].IDs, true)
+		a, err2 := tok.Decode(ans, true)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if ok, gradable := o.check(p, a); gradable {
+			n++
+			if ok {
+				right++
+			}
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(right) / float64(n)
+}
+
+// checkFinite stops step 3 on a non-finite loss or reward.
+func checkFinite(st ppo.StepStats, step int) error {
+	for _, x := range []struct {
+		name string
+		v    float64
+	}{{"actor loss", st.ActorLoss}, {"critic loss", st.CriticLoss}, {"reward score", st.RewardScore}, {"unsupervised loss", st.UnsupLoss}} {
+		if math.IsNaN(x.v) || math.IsInf(x.v, 0) {
+			return fmt.Errorf("PPO step %d: non-finite %s (%v); the last checkpoint is intact (--resume continues from it)", step, x.name, x.v)
+		}
+	}
+	return nil
+}
+
+// unsupData is the unsupervised dataset of mixture training, batched.
+type unsupData struct {
+	set  *data.Set
+	col  data.Collator
+	seed uint64
+}
+
+// batch returns the unsupervised micro-batch of PPO step `step` (0-based):
+// blocks [step·n, (step+1)·n) of the endless sequence of seeded
+// permutations of the blocks, so the position follows from the step alone
+// (and a resumed run picks up where it stopped).
+func (u *unsupData) batch(step, n int) (*ppo.UnsupBatch, error) {
+	N := len(u.set.Examples)
+	exs := make([]data.Example, n)
+	var perm []int
+	pass := -1
+	for i := range n {
+		g := step*n + i
+		if p := g / N; p != pass {
+			pass = p
+			perm = rand.New(rand.NewPCG(u.seed, uint64(p)+0x5eed)).Perm(N)
+		}
+		exs[i] = u.set.Examples[perm[g%N]]
+	}
+	b, err := u.col.Blocks(exs)
+	if err != nil {
+		return nil, err
+	}
+	return &ppo.UnsupBatch{B: b.B, T: b.T, IDs: b.IDs, Mask: b.Mask, Targets: model.ShiftLabels(b.Labels, b.B, b.T)}, nil
+}
+
+// loadUnsupervised loads --unsupervised-dataset (nil without one).
+func (o *PPOOptions) loadUnsupervised() (*unsupData, error) {
+	if o.UnsupData == "" {
+		return nil, nil
+	}
+	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := data.Resolve(o.UnsupData, data.ResolveOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("--unsupervised-dataset: %w", err)
+	}
+	set, err := data.LoadUnsupervised(ds, o.UnsupColumn, data.Options{MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen,
+		EOS: eos, PAD: pad, Tokenizer: dt, TokenizerID: fp, CacheDir: dataCacheDir(o.DataCache)})
+	if err != nil {
+		return nil, fmt.Errorf("--unsupervised-dataset %s: %w", o.UnsupData, err)
+	}
+	if len(set.Examples) == 0 {
+		return nil, usageErrorf("--unsupervised-dataset %s has no text in its train split", o.UnsupData)
+	}
+	o.g.Log.Info().Int("blocks", len(set.Examples)).Str("dataset", o.UnsupData).Float64("unsup_coef", o.Config.UnsupCoef).Msg("mixture training")
+	return &unsupData{set: set, col: data.Collator{T: o.MaxPromptLen + o.MaxAnswerLen, PAD: pad}, seed: o.Seed}, nil
+}
+
+// ppoMetrics is step 3's metrics.jsonl, appended to on resume.
+type ppoMetrics struct{ f *os.File }
+
+// openPPOMetrics opens the metrics log keeping the records of steps up to
+// keep (0: a fresh log).
+func openPPOMetrics(path string, keep int) (*ppoMetrics, error) {
+	if err := train.TruncateMetrics(path, keep); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open metrics: %w", err)
+	}
+	return &ppoMetrics{f: f}, nil
+}
+
+func (m *ppoMetrics) Write(rec map[string]any) error {
+	for k, v := range rec {
+		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			rec[k] = nil
+		}
+	}
+	line, _ := json.Marshal(rec)
+	if _, err := m.f.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("write metrics: %w", err)
+	}
+	return nil
+}
+
+func (m *ppoMetrics) Sync() error  { return m.f.Sync() }
+func (m *ppoMetrics) Close() error { return m.f.Close() }
 
 // loadPrompts builds the phase-3 prompts.
 func (o *PPOOptions) loadPrompts(m *model.Model) (*data.Set, *tokenizer.Tokenizer, error) {

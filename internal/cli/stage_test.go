@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/tensor"
+	"github.com/gochat-ai/gochat/tokenizer"
 	"github.com/gochat-ai/gochat/train"
 )
 
@@ -136,6 +139,41 @@ func TestSFTAndRewardOverfit(t *testing.T) {
 	rm, err := model.Load(dev, rwDir, model.LoadOptions{})
 	if err != nil || !rm.HasValueHead() {
 		t.Fatalf("reward output: %v (value head: %v)", err, err == nil && rm.HasValueHead())
+	}
+	// gochat score ranks the sample's pairs as trained (most rows are in
+	// the training part) and scores text exactly as reward.Score does.
+	f, err := os.ReadFile(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(rwDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(f)), "\n")[:10]
+	ranked := 0
+	for i, line := range lines {
+		var row struct{ Prompt, Chosen, Rejected string }
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		sout, errOut, code := run(t, "score", "--model", rwDir, "--prompt", row.Prompt, "--answer", row.Chosen, "--answer", row.Rejected, "--json")
+		var res struct{ Scores []float32 }
+		if code != 0 || json.Unmarshal([]byte(sout), &res) != nil || len(res.Scores) != 2 {
+			t.Fatalf("score: code %d %q %s", code, sout, errOut)
+		}
+		if res.Scores[0] > res.Scores[1] {
+			ranked++
+		}
+		if i == 0 {
+			want, err := reward.Score(rm, [][]int32{tok.Encode(row.Prompt+row.Chosen+data.DefaultEndText, true)}, 0)
+			if err != nil || want[0] != res.Scores[0] {
+				t.Errorf("gochat score %v, reward.Score %v (%v)", res.Scores[0], want, err)
+			}
+		}
+	}
+	if ranked < 8 {
+		t.Errorf("gochat score prefers the chosen answer in %d of %d sample rows", ranked, len(lines))
 	}
 }
 
@@ -342,7 +380,7 @@ func TestPPOSmoke(t *testing.T) {
 		}
 	}
 	if _, e, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
-		"--output-dir", out, "--max-steps", "1"); code == 0 || !strings.Contains(e, "already holds") {
+		"--output-dir", out, "--max-steps", "1"); code == 0 || !strings.Contains(e, "holds") {
 		t.Errorf("existing output: code %d %s", code, lastLine(e))
 	}
 }
@@ -437,12 +475,13 @@ steps:
 	}
 }
 
-// TestTrainResumeAfterSIGKILL kills `gochat train` during step 2 and runs it
-// again: step 1 is not redone, step 2 resumes from its checkpoint, and the
-// reward model equals an uninterrupted run's byte for byte.
+// TestTrainResumeAfterSIGKILL kills `gochat train` during step 2, and
+// again during step 3, and runs it again each time: finished steps are not
+// redone, the interrupted one resumes from its checkpoint, and every output
+// equals an uninterrupted run's byte for byte.
 func TestTrainResumeAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the pipeline three times")
+		t.Skip("runs the pipeline several times")
 	}
 	mdir := tinyModel(t)
 	dir := t.TempDir()
@@ -451,56 +490,94 @@ func TestTrainResumeAfterSIGKILL(t *testing.T) {
 steps:
   sft: {data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 8, max-steps: 2, data-cache: "off"}
   reward: {data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 2, max-steps: 24, save-interval: 1, data-cache: "off"}
+  ppo: {data-split: "0,0,1", max-prompt-seq-len: 100, max-answer-seq-len: 6, per-device-generation-batch-size: 2,
+        per-device-training-batch-size: 2, max-steps: 12, save-interval: 1, num-warmup-steps: 0, enable-ema: true,
+        unsupervised-dataset: "`+sample()+`", unsupervised-dataset-column: chosen, data-cache: "off"}
 `), 0o644)
 	args := func(out string) []string {
 		return []string{"--log-format", "json", "--threads", "2", "train", "--actor", mdir, "--reward", mdir, "--data", sample(),
-			"--recipe", recipe, "--output-dir", out, "--step", "1", "--step", "2"}
+			"--recipe", recipe, "--output-dir", out}
 	}
 	ref := filepath.Join(dir, "ref")
 	if _, e, code := run(t, args(ref)...); code != 0 {
 		t.Fatal(lastLine(e))
 	}
 	out := filepath.Join(dir, "killed")
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args(out)...)...)
-	cmd.Env = append(os.Environ(), "GOCHAT_TEST_MAIN=1")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	// killAt runs the pipeline in a child process and SIGKILLs it once the
+	// step's checkpoint record satisfies ready.
+	killAt := func(step string, ready func(b []byte) bool) {
+		cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args(out)...)...)
+		cmd.Env = append(os.Environ(), "GOCHAT_TEST_MAIN=1")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			b, err := os.ReadFile(filepath.Join(out, step, "checkpoint", "state.json"))
+			if err == nil && ready(b) {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("no %s checkpoint in time", step)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if _, err := os.Stat(filepath.Join(out, step, completeFile)); err == nil {
+			t.Skipf("%s finished before it could be killed", step)
+		}
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		b, err := os.ReadFile(filepath.Join(out, "reward", "checkpoint", "state.json"))
+	// Step 2, after its third optimizer step.
+	killAt("reward", func(b []byte) bool {
 		var st struct {
 			Position struct {
 				Step int `json:"step"`
 			} `json:"position"`
 		}
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Position.Step >= 3 {
-			break
+		return json.Unmarshal(b, &st) == nil && st.Position.Step >= 3
+	})
+	// Running again resumes step 2; kill it again in step 3.
+	killAt("ppo", func(b []byte) bool {
+		var st struct {
+			Batches int `json:"generation_batches_done"`
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("no step-2 checkpoint in time")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	if _, err := os.Stat(filepath.Join(out, "reward", completeFile)); err == nil {
-		t.Skip("step 2 finished before it could be killed")
-	}
+		return json.Unmarshal(b, &st) == nil && st.Batches >= 3
+	})
 	_, errOut, code := run(t, args(out)...)
 	if code != 0 {
 		t.Fatal(lastLine(errOut))
 	}
-	if !strings.Contains(errOut, `"step":1,"output"`) || !strings.Contains(errOut, "skipped") {
-		t.Errorf("step 1 was not skipped:\n%s", errOut)
+	if strings.Count(errOut, "skipped") != 2 {
+		t.Errorf("steps 1 and 2 were not skipped:\n%s", errOut)
 	}
 	if !strings.Contains(errOut, "resumed from checkpoint") {
-		t.Errorf("step 2 did not resume:\n%s", errOut)
+		t.Errorf("step 3 did not resume:\n%s", errOut)
 	}
-	a, _ := os.ReadFile(filepath.Join(ref, "reward", "model.safetensors"))
-	b, _ := os.ReadFile(filepath.Join(out, "reward", "model.safetensors"))
-	if len(a) == 0 || !bytes.Equal(a, b) {
-		t.Error("the resumed reward model differs from the uninterrupted run's")
+	for _, f := range []string{"reward/model.safetensors", "ppo/actor/model.safetensors", "ppo/critic/model.safetensors",
+		"ppo/actor_ema/model.safetensors"} {
+		a, _ := os.ReadFile(filepath.Join(ref, f))
+		b, _ := os.ReadFile(filepath.Join(out, f))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s after kill and resume differs from the uninterrupted run's", f)
+		}
+	}
+	want, got := metrics(t, filepath.Join(ref, "ppo")), metrics(t, filepath.Join(out, "ppo"))
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("step-3 metrics: %d records after resume, %d uninterrupted", len(got), len(want))
+	}
+	if _, ok := want[0]["unsup_loss"]; !ok {
+		t.Error("step-3 metrics lack unsup_loss (mixture training)")
+	}
+	for i := range want {
+		for _, k := range []string{"step", "reward_score", "kl", "actor_loss", "critic_loss", "unsup_loss"} {
+			if got[i][k] != want[i][k] {
+				t.Errorf("metrics record %d: %s %v, uninterrupted %v", i, k, got[i][k], want[i][k])
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "ppo", train.CheckpointDir)); err == nil {
+		t.Error("the finished step 3 left its checkpoint behind")
 	}
 }

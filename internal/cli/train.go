@@ -39,7 +39,7 @@ func newTrainCmd(g *Globals, runF func(*TrainOptions) error) *cobra.Command {
 		Long: `Run the three RLHF steps: step 1 fine-tunes --actor into OUTPUT/actor, step 2
 trains a reward model from --reward into OUTPUT/reward, step 3 runs PPO from
 both into OUTPUT/ppo. A step whose output is complete is skipped unless
---force; an interrupted step 1 or 2 resumes from its checkpoint. --recipe
+--force; an interrupted step resumes from its checkpoint. --recipe
 loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
 --actor, --reward and --data given here override the recipe's.`,
 		Args: cobra.NoArgs,
@@ -141,7 +141,7 @@ func runTrain(o *TrainOptions) error {
 			continue
 		}
 		args := st.args
-		resumable := st.n < 3 && !o.Force
+		resumable := !o.Force
 		if _, err := os.Stat(filepath.Join(st.dir, runFile)); err == nil && resumable {
 			args = append(args, "--resume")
 		} else {
@@ -158,6 +158,12 @@ func runTrain(o *TrainOptions) error {
 		case 2:
 			err = runStage(o.ctx(), rwOpts)
 		case 3:
+			if task != nil {
+				ppoOpts.check = func(prompt, answer string) (bool, bool) {
+					q, ok := demo.ParsePrompt(prompt)
+					return ok && q.Correct(answer), ok
+				}
+			}
 			err = runPPO(o.ctx(), ppoOpts)
 		}
 		if err != nil {
@@ -169,7 +175,9 @@ func runTrain(o *TrainOptions) error {
 		}
 		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
 	}
-	if task != nil {
+	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); task != nil && err != nil {
+		log.Info().Msg("demo report skipped: step 3 has not run")
+	} else if task != nil {
 		secs := map[int]float64{}
 		for n, d := range times {
 			secs[n] = d.Seconds()

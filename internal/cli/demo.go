@@ -129,11 +129,11 @@ func demoReport(g *Globals, out string, task *demo.Task, seconds map[int]float64
 		return 0
 	}
 	sftR, rwR, ppoR := read(filepath.Join(out, "actor")), read(filepath.Join(out, "reward")), read(filepath.Join(out, "ppo"))
-	var gen, trn float64
-	for _, r := range ppoR {
-		gen += r["generation_seconds"]
-		trn += r["training_seconds"]
+	var tm ppoTiming
+	if b, err := os.ReadFile(filepath.Join(out, "ppo", timingFile)); err == nil {
+		_ = json.Unmarshal(b, &tm)
 	}
+	gen, trn := tm.GenerationSeconds, tm.TrainingSeconds
 	rewardDir := filepath.Join(out, "reward")
 	sftAcc, sftRew, err := demoEval(g, task, filepath.Join(out, "actor"), rewardDir)
 	if err != nil {
@@ -155,11 +155,13 @@ func demoReport(g *Globals, out string, task *demo.Task, seconds map[int]float64
 		"reward": map[string]any{"steps": last(rwR, "step"), "eval_accuracy": last(rwR, "eval_accuracy"),
 			"chosen_mean": last(rwR, "chosen_mean"), "rejected_mean": last(rwR, "rejected_mean")},
 		"ppo": map[string]any{"steps": last(ppoR, "step"), "reward_mean_first": first(ppoR, "reward_score"),
-			"reward_mean_last": last(ppoR, "reward_score"), "kl_last": last(ppoR, "kl")},
+			"reward_mean_last": last(ppoR, "reward_score"), "kl_last": last(ppoR, "kl"),
+			"answer_accuracy_first": first(ppoR, "answer_accuracy"), "answer_accuracy_last": last(ppoR, "answer_accuracy")},
 		"eval": map[string]any{"prompts": len(task.EvalQuestions), "sft_accuracy": sftAcc, "ppo_accuracy": ppoAcc,
 			"ppo_ema_accuracy": emaAcc, "sft_reward_mean": sftRew, "ppo_reward_mean": ppoRew},
 		"timing": map[string]any{"step1_seconds": seconds[1], "step2_seconds": seconds[2], "step3_seconds": seconds[3],
-			"generation_seconds": gen, "training_seconds": trn},
+			"generation_seconds": gen, "training_seconds": trn, "experience_seconds": tm.ExperienceSeconds,
+			"generation_tokens_per_sec": tm.GenerationTokensPerSec},
 	}
 	b, _ := json.MarshalIndent(report, "", "  ")
 	if err := writeFileAtomic(filepath.Join(out, "report.json"), append(b, '\n')); err != nil {

@@ -362,6 +362,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	log.Info().Int("prompts", len(prompts.Examples)).Int("generation_batches", total).Int("actor_params", actor.NumParams()).
 		Str("device", dev.Name()).Msg("step 3")
 	start := time.Now()
+	var tm ppoTiming
 	var pending []*ppo.Batch
 	checkpoint := func(done int) error {
 		ck := ppoCheckpoint{Fingerprint: o.fingerprint(), Batches: done, Steps: step, Trainer: tr.State()}
@@ -405,6 +406,9 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 				log.Info().Str("prompt", p).Str("answer", a).Float32("score", bt.Exp.Scores[i]).Msg("sample")
 			}
 		}
+		tm.GenerationSeconds += bt.Gen.GenerateSeconds
+		tm.ExperienceSeconds += bt.Gen.ForwardSeconds
+		tm.GeneratedTokens += bt.Gen.Tokens
 		accuracy := math.NaN()
 		if o.check != nil && tok != nil {
 			accuracy = o.answerAccuracy(tok, exs, bt)
@@ -428,6 +432,8 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 						return fmt.Errorf("PPO step %d: %w", step+1, err)
 					}
 					step++
+					tm.TrainingSeconds += st.TrainSeconds
+					tm.TrainingTokens += st.TrainSeconds * st.TrainTokensPerSecond
 					if err := checkFinite(st, step); err != nil {
 						return err
 					}
@@ -471,8 +477,40 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if _, err := train.PlotMetrics(metricsPath, o.OutputDir); err != nil {
 		log.Warn().Err(err).Msg("training curves not drawn")
 	}
-	log.Info().Int("steps", step).Str("elapsed", time.Since(start).Round(time.Second).String()).Str("output", o.OutputDir).Msg("done")
+	tm.TotalSeconds = time.Since(start).Seconds()
+	if tm.GenerationSeconds > 0 {
+		tm.GenerationTokensPerSec = float64(tm.GeneratedTokens) / tm.GenerationSeconds
+	}
+	if tm.TrainingSeconds > 0 {
+		tm.TrainingTokensPerSec = tm.TrainingTokens / tm.TrainingSeconds
+	}
+	b, _ := json.MarshalIndent(tm, "", "  ")
+	if err := writeFileAtomic(filepath.Join(o.OutputDir, timingFile), append(b, '\n')); err != nil {
+		return err
+	}
+	log.Info().Int("steps", step).Str("elapsed", time.Since(start).Round(time.Second).String()).
+		Float64("generation_seconds", tm.GenerationSeconds).Float64("experience_seconds", tm.ExperienceSeconds).
+		Float64("training_seconds", tm.TrainingSeconds).Float64("generation_tokens_per_sec", tm.GenerationTokensPerSec).
+		Float64("training_tokens_per_sec", tm.TrainingTokensPerSec).Str("output", o.OutputDir).Msg("done")
 	return nil
+}
+
+// timingFile is where step 3 writes ppoTiming.
+const timingFile = "timing.json"
+
+// ppoTiming splits a step-3 run's time (this process's part of it, after a
+// resume): decoding (the hybrid engine in Generate mode, switches
+// included), the four gradient-free forwards that score the experience,
+// and the PPO updates (actor, critic and unsupervised passes).
+type ppoTiming struct {
+	TotalSeconds           float64 `json:"total_seconds"`
+	GenerationSeconds      float64 `json:"generation_seconds"`
+	ExperienceSeconds      float64 `json:"experience_seconds"`
+	TrainingSeconds        float64 `json:"training_seconds"`
+	GeneratedTokens        int     `json:"generated_tokens"`
+	GenerationTokensPerSec float64 `json:"generation_tokens_per_sec"`
+	TrainingTokens         float64 `json:"training_tokens"`
+	TrainingTokensPerSec   float64 `json:"training_tokens_per_sec"`
 }
 
 // answerAccuracy grades the sampled answers of a generation batch with

@@ -370,6 +370,12 @@ func TestPPOSmoke(t *testing.T) {
 			t.Errorf("output %s: %v", d, err)
 		}
 	}
+	var tm ppoTiming
+	if b, err := os.ReadFile(filepath.Join(out, timingFile)); err != nil || json.Unmarshal(b, &tm) != nil ||
+		tm.GenerationSeconds <= 0 || tm.TrainingSeconds <= 0 || tm.ExperienceSeconds <= 0 || tm.GeneratedTokens <= 0 ||
+		tm.TotalSeconds < tm.GenerationSeconds+tm.TrainingSeconds {
+		t.Errorf("timing.json: %+v, %v", tm, err)
+	}
 	recs := metrics(t, out)
 	if len(recs) < 2 {
 		t.Fatalf("%d metrics records", len(recs))

@@ -1,8 +1,17 @@
-// Package demo makes gochat's self-contained demo task: arithmetic questions
+// Package demo makes gochat's self-contained demo task: addition questions
 // whose answers an exact checker can grade, a byte-level tokenizer for them,
-// and the data of the three steps. The SFT data is deliberately imperfect
-// (some answers are wrong), the preference pairs always prefer the right
-// answer, so step 3 has something to fix that the checker can measure.
+// and the data of the three steps.
+//
+// The SFT data is imperfect in a systematic way, like a careless annotator:
+// in most answers to questions with a carry (a+b ≥ 10) the tens digit is
+// dropped ("7+5 = 2"), and a few other answers are off by one to three. A
+// model fine-tuned on it learns the habit and repeats it on questions it
+// never saw. The preference pairs always prefer the right answer, against
+// the annotator's mistakes and their mirror image (a spurious tens digit on
+// a question without a carry), so the reward model learns what the SFT data
+// gets wrong; step 3 fixes the habit, and because it is a habit rather than
+// a fact about one question, the fix carries over to held-out questions,
+// which the exact checker measures.
 package demo
 
 import (
@@ -29,6 +38,21 @@ func (q Question) Answer() string { return fmt.Sprintf(" %d", q.A+q.B) }
 
 var number = regexp.MustCompile(`-?\d+`)
 
+var question = regexp.MustCompile(`Human: What is (\d+)\+(\d+)\?`)
+
+// ParsePrompt finds the question in a prompt made by Prompt (the last one,
+// for a multi-turn prompt); ok is false when there is none.
+func ParsePrompt(prompt string) (q Question, ok bool) {
+	ms := question.FindAllStringSubmatch(prompt, -1)
+	if len(ms) == 0 {
+		return Question{}, false
+	}
+	m := ms[len(ms)-1]
+	a, err1 := strconv.Atoi(m[1])
+	b, err2 := strconv.Atoi(m[2])
+	return Question{a, b}, err1 == nil && err2 == nil
+}
+
 // Correct is the exact checker: the first integer of the response equals
 // the sum.
 func (q Question) Correct(response string) bool {
@@ -40,8 +64,8 @@ func (q Question) Correct(response string) bool {
 	return err == nil && v == q.A+q.B
 }
 
-// wrong returns a plausible wrong answer (off by 1 to 3).
-func wrong(q Question, rng *rand.Rand) string {
+// offBy1to3 returns a wrong answer off by 1 to 3.
+func offBy1to3(q Question, rng *rand.Rand) string {
 	d := 1 + rng.IntN(3)
 	if rng.IntN(2) == 0 {
 		d = -d
@@ -49,19 +73,53 @@ func wrong(q Question, rng *rand.Rand) string {
 	return fmt.Sprintf(" %d", q.A+q.B+d)
 }
 
+// Carry reports whether the sum has a carry into the tens (a+b ≥ 10 for
+// single-digit operands).
+func (q Question) Carry() bool { return q.A%10+q.B%10 >= 10 }
+
+// dropCarry is the annotator's habit: the sum without its tens digit
+// (a+b−10 for a carry question).
+func dropCarry(q Question) string {
+	return fmt.Sprintf(" %d", q.A+q.B-10)
+}
+
+// spuriousCarry is the habit's mirror image: a tens digit too many on a
+// question without a carry.
+func spuriousCarry(q Question) string {
+	return fmt.Sprintf(" %d", q.A+q.B+10)
+}
+
+// rejected returns the rejected answer of a preference pair: the carry
+// mistake the SFT data makes (or its mirror image), or with probability
+// offBy an answer off by one to three.
+func rejected(q Question, offBy float64, rng *rand.Rand) string {
+	if rng.Float64() < offBy {
+		return offBy1to3(q, rng)
+	}
+	if q.Carry() {
+		return dropCarry(q)
+	}
+	return spuriousCarry(q)
+}
+
 // Options size the task.
 type Options struct {
-	Seed        uint64
-	Max         int     // operands are in [0, Max)
-	SFT         int     // SFT examples
-	Pairs       int     // reward-model pairs
-	Prompts     int     // PPO prompts
-	Eval        int     // held-out evaluation prompts
-	SFTAccuracy float64 // fraction of SFT answers that are right
+	Seed    uint64
+	Max     int // operands are in [0, Max), Max ≤ 10
+	SFT     int // SFT examples
+	Pairs   int // reward-model pairs
+	Prompts int // PPO prompts
+	Eval    int // held-out evaluation prompts
+	// DropCarry is the fraction of SFT answers to carry questions that
+	// drop the tens digit; OffBy the fraction of the other SFT answers that
+	// are off by one to three. PairOffBy is the fraction of preference
+	// pairs whose rejected answer is off by one to three rather than the
+	// carry mistake.
+	DropCarry, OffBy, PairOffBy float64
 }
 
 // DefaultOptions is the size the demo recipe uses.
-var DefaultOptions = Options{Seed: 1, Max: 10, SFT: 1000, Pairs: 3000, Prompts: 512, Eval: 20, SFTAccuracy: 0.6}
+var DefaultOptions = Options{Seed: 1, Max: 10, SFT: 1000, Pairs: 3000, Prompts: 512, Eval: 20, DropCarry: 0.6, OffBy: 0.1, PairOffBy: 0}
 
 // Row is one line of the generated JSON-lines files (the generic
 // prompt/chosen/rejected columns).
@@ -82,6 +140,9 @@ type Task struct {
 // never seen in training; with more requested rows than distinct questions
 // the training parts repeat questions but never evaluation ones.
 func Make(o Options) (*Task, error) {
+	if o.Max < 1 || o.Max > 10 {
+		return nil, fmt.Errorf("demo: Max %d: operands are single digits (1 ≤ Max ≤ 10)", o.Max)
+	}
 	total := o.Max * o.Max
 	if o.Eval >= total {
 		return nil, fmt.Errorf("demo: %d evaluation questions need more than %d distinct ones (raise Max)", o.Eval, total)
@@ -93,7 +154,7 @@ func Make(o Options) (*Task, error) {
 	for i := range o.Eval {
 		qq := q(i)
 		t.EvalQuestions = append(t.EvalQuestions, qq)
-		t.Eval = append(t.Eval, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+		t.Eval = append(t.Eval, Row{qq.Prompt(), qq.Answer(), rejected(qq, o.PairOffBy, rng)})
 	}
 	train := total - o.Eval
 	next := 0
@@ -101,18 +162,21 @@ func Make(o Options) (*Task, error) {
 	for range o.SFT {
 		qq := draw()
 		ans := qq.Answer()
-		if rng.Float64() >= o.SFTAccuracy {
-			ans = wrong(qq, rng)
+		switch u := rng.Float64(); {
+		case qq.Carry() && u < o.DropCarry:
+			ans = dropCarry(qq)
+		case u >= 1-o.OffBy:
+			ans = offBy1to3(qq, rng)
 		}
-		t.SFT = append(t.SFT, Row{qq.Prompt(), ans, wrong(qq, rng)})
+		t.SFT = append(t.SFT, Row{qq.Prompt(), ans, rejected(qq, o.PairOffBy, rng)})
 	}
 	for range o.Pairs {
 		qq := draw()
-		t.Pairs = append(t.Pairs, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+		t.Pairs = append(t.Pairs, Row{qq.Prompt(), qq.Answer(), rejected(qq, o.PairOffBy, rng)})
 	}
 	for range o.Prompts {
 		qq := draw()
-		t.Prompts = append(t.Prompts, Row{qq.Prompt(), qq.Answer(), wrong(qq, rng)})
+		t.Prompts = append(t.Prompts, Row{qq.Prompt(), qq.Answer(), rejected(qq, o.PairOffBy, rng)})
 	}
 	return t, nil
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -45,34 +46,45 @@ func TestTask(t *testing.T) {
 	for _, r := range task.Eval {
 		evalPrompts[r.Prompt] = true
 	}
-	right := 0
-	for _, part := range [][]Row{task.SFT, task.Pairs, task.Prompts} {
-		for _, r := range part {
-			if evalPrompts[r.Prompt] {
-				t.Fatalf("evaluation prompt %q appears in training data", r.Prompt)
-			}
+	parse := func(prompt string) Question {
+		q, ok := ParsePrompt(prompt)
+		if !ok || q.Prompt() != prompt {
+			t.Fatalf("ParsePrompt(%q) = %v, %v", prompt, q, ok)
 		}
+		return q
 	}
+	// The SFT data's habit: most carry answers lose their tens digit, other
+	// answers are mostly right.
+	var carry, dropped, other, right int
 	for _, r := range task.SFT {
-		var q Question
-		for a := range DefaultOptions.Max {
-			for b := range DefaultOptions.Max {
-				if (Question{a, b}).Prompt() == r.Prompt {
-					q = Question{a, b}
-				}
+		q := parse(r.Prompt)
+		switch {
+		case q.Carry():
+			carry++
+			if r.Chosen == dropCarry(q) {
+				dropped++
+			}
+		default:
+			other++
+			if q.Correct(r.Chosen) {
+				right++
 			}
 		}
-		if q.Correct(r.Chosen) {
-			right++
-		}
 	}
-	frac := float64(right) / float64(len(task.SFT))
-	if frac < 0.5 || frac > 0.7 {
-		t.Errorf("SFT accuracy %.2f, want about %.2f", frac, DefaultOptions.SFTAccuracy)
+	if f := float64(dropped) / float64(carry); math.Abs(f-DefaultOptions.DropCarry) > 0.07 {
+		t.Errorf("%.2f of SFT carry answers drop the carry, want about %.2f", f, DefaultOptions.DropCarry)
 	}
+	if f := float64(right) / float64(other); math.Abs(f-(1-DefaultOptions.OffBy)) > 0.05 {
+		t.Errorf("%.2f of other SFT answers are right, want about %.2f", f, 1-DefaultOptions.OffBy)
+	}
+	// Pairs prefer the right answer to the carry mistake (or its mirror).
 	for _, r := range task.Pairs {
-		if r.Chosen == r.Rejected {
-			t.Fatal("a pair with identical answers")
+		q := parse(r.Prompt)
+		if !q.Correct(r.Chosen) || q.Correct(r.Rejected) {
+			t.Fatalf("pair %+v: want a right chosen and a wrong rejected answer", r)
+		}
+		if want := map[bool]string{true: dropCarry(q), false: spuriousCarry(q)}[q.Carry()]; r.Rejected != want {
+			t.Fatalf("pair %+v: rejected %q, want the carry mistake %q", r, r.Rejected, want)
 		}
 	}
 	q := Question{3, 4}
@@ -84,5 +96,22 @@ func TestTask(t *testing.T) {
 	again, _ := Make(DefaultOptions)
 	if !slices.Equal(again.SFT, task.SFT) {
 		t.Error("the task is not deterministic in its seed")
+	}
+}
+
+func TestParsePrompt(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		q  Question
+		ok bool
+	}{
+		{Question{7, 5}.Prompt(), Question{7, 5}, true},
+		{"\n\nHuman: What is 1+2?\n\nAssistant: 3\n\nHuman: What is 4+4?\n\nAssistant:", Question{4, 4}, true},
+		{"\n\nHuman: Hello\n\nAssistant:", Question{}, false},
+		{"", Question{}, false},
+	} {
+		if q, ok := ParsePrompt(c.in); q != c.q || ok != c.ok {
+			t.Errorf("ParsePrompt(%q) = %v, %v; want %v, %v", c.in, q, ok, c.q, c.ok)
+		}
 	}
 }

@@ -375,6 +375,10 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		log.Debug().Int("generation_batch", done).Int("step", step).Msg("checkpoint")
 		return nil
 	}
+	interval, lastCkpt := o.SaveInterval, startBatch
+	if interval == 0 {
+		interval = batchesPerEpoch
+	}
 	for gb := startBatch; gb < total; gb++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -403,7 +407,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			for i, r := range bt.Kept[:min(len(bt.Kept), 4)] {
 				p, _ := tok.Decode(exs[r].IDs, true)
 				a, _ := tok.Decode(bt.Rollout.Answer(r), true)
-				log.Info().Str("prompt", p).Str("answer", a).Float32("score", bt.Exp.Scores[i]).Msg("sample")
+				log.Info().Str("prompt", p).Str("answer", a).Float32("score", bt.RawScores[i]).Msg("sample")
 			}
 		}
 		tm.GenerationSeconds += bt.Gen.GenerateSeconds
@@ -459,11 +463,13 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			}
 		}
 		pending = pending[:0]
-		done := gb + 1
-		if done < total && ((o.SaveInterval > 0 && done%o.SaveInterval == 0) || (o.SaveInterval == 0 && done%batchesPerEpoch == 0)) {
+		// Checkpoints fall after a training round, once the interval has
+		// passed since the last one.
+		if done := gb + 1; done < total && done-lastCkpt >= interval {
 			if err := checkpoint(done); err != nil {
 				return err
 			}
+			lastCkpt = done
 		}
 	}
 	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, tr); err != nil {

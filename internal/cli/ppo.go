@@ -89,8 +89,11 @@ prompts through the hybrid engine; the frozen reference (a copy of the actor),
 the critic (from step 2, trained) and the frozen reward model (--reward, default
 the critic's starting point) score them; then PPO updates the actor and the
 critic (KL-penalised rewards, GAE, clipped losses), optionally with an actor
-EMA. The output directory receives actor/, critic/ (and actor_ema/) as Hugging
-Face directories, metrics.jsonl and training curves.`,
+EMA, and with --unsupervised-dataset a mixture step on the LM loss. The output
+directory receives actor/, critic/ (and actor_ema/) as Hugging Face
+directories, metrics.jsonl, training curves and timing.json; during the run a
+checkpoint/ (every --save-interval generation batches, else each epoch) lets
+--resume continue a killed run to bit-identical results.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

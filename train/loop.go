@@ -201,7 +201,7 @@ type loop struct {
 	opt     *optim.AdamW
 	sched   optim.Schedule
 	pos     position
-	metrics *metricsFile
+	metrics *MetricsLog
 	res     *Result
 	start   time.Time
 	bar     *progress
@@ -323,7 +323,7 @@ func (l *loop) step(acc *stepAcc, start time.Time) error {
 	}
 	l.bar.update(l.pos.Step, loss, tps)
 	if l.pos.Step%cfg.LogEvery == 0 || l.pos.Step == cfg.TotalSteps() {
-		if err := l.metrics.write(rec); err != nil {
+		if err := l.metrics.Write(rec); err != nil {
 			return err
 		}
 		if l.cfg.Progress == nil {
@@ -362,7 +362,7 @@ func (l *loop) evaluate(final bool) error {
 	}
 	l.bar.clear()
 	ev.Msg("eval")
-	return l.metrics.write(rec)
+	return l.metrics.Write(rec)
 }
 
 // microSeed is the dropout seed of micro-batch k of a run.

@@ -14,7 +14,8 @@ import (
 // JSON object per line, for each logged step and each evaluation.
 const MetricsFile = "metrics.jsonl"
 
-type metricsFile struct {
+// MetricsLog is an open metrics.jsonl (see MetricsFile).
+type MetricsLog struct {
 	path   string
 	f      *os.File
 	rows   int
@@ -25,9 +26,9 @@ type metricsFile struct {
 
 // openMetrics opens Dir/metrics.jsonl: appending on resume (after
 // truncate), from scratch otherwise. An empty dir disables metrics.
-func openMetrics(dir string, resume bool) (*metricsFile, error) {
+func openMetrics(dir string, resume bool) (*MetricsLog, error) {
 	if dir == "" {
-		return &metricsFile{}, nil
+		return &MetricsLog{}, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
@@ -41,12 +42,12 @@ func openMetrics(dir string, resume bool) (*metricsFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open metrics: %w", err)
 	}
-	return &metricsFile{path: path, f: f}, nil
+	return &MetricsLog{path: path, f: f}, nil
 }
 
 // truncate keeps the records of steps up to step (those written after the
 // checkpoint being resumed are dropped) and positions for appending.
-func (m *metricsFile) truncate(step int) error {
+func (m *MetricsLog) truncate(step int) error {
 	if m.f == nil {
 		return nil
 	}
@@ -82,8 +83,8 @@ func (m *metricsFile) truncate(step int) error {
 	return nil
 }
 
-// write appends one record; non-finite numbers become null.
-func (m *metricsFile) write(rec map[string]any) error {
+// Write appends one record; non-finite numbers become null.
+func (m *MetricsLog) Write(rec map[string]any) error {
 	if m.f == nil {
 		return nil
 	}
@@ -120,7 +121,7 @@ func (m *metricsFile) write(rec map[string]any) error {
 	return nil
 }
 
-func (m *metricsFile) Close() error {
+func (m *MetricsLog) Close() error {
 	if m.f == nil {
 		return nil
 	}
@@ -153,18 +154,25 @@ func ReadMetrics(path string) ([]map[string]float64, error) {
 	return out, nil
 }
 
-// TruncateMetrics rewrites the metrics log at path keeping the records of
-// steps up to step (all others dropped; a missing file is created empty),
-// for a resumed run that appends from there.
-func TruncateMetrics(path string, step int) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+// OpenMetrics opens dir/metrics.jsonl for a run that logs outside the
+// loop (step 3): records of steps up to keep are kept (a resumed run
+// appends after its checkpoint's step; keep 0 starts a fresh log).
+func OpenMetrics(dir string, keep int) (*MetricsLog, error) {
+	m, err := openMetrics(dir, true)
 	if err != nil {
-		return fmt.Errorf("open metrics: %w", err)
+		return nil, err
 	}
-	m := &metricsFile{path: path, f: f}
-	if err := m.truncate(step); err != nil {
-		f.Close()
-		return err
+	if err := m.truncate(keep); err != nil {
+		m.Close()
+		return nil, err
 	}
-	return f.Close()
+	return m, nil
+}
+
+// Sync flushes the log to disk (before a checkpoint records its length).
+func (m *MetricsLog) Sync() error {
+	if m.f == nil {
+		return nil
+	}
+	return m.f.Sync()
 }

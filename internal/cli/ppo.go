@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -212,54 +210,19 @@ type ppoCheckpoint struct {
 
 // fingerprint identifies a step-3 run by the settings that change its
 // result.
-func (o *PPOOptions) fingerprint() string {
-	b, _ := json.Marshal(o)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:8])
-}
-
-// prepareOutput checks --output-dir against --resume and --overwrite, as
-// steps 1 and 2 do, and records this run there.
-func (o *PPOOptions) prepareOutput() error {
-	path := filepath.Join(o.OutputDir, runFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil && !o.Overwrite {
-			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
-		}
-		if o.Resume {
-			o.g.Log.Warn().Str("dir", o.OutputDir).Msg("--resume: no run there yet, starting afresh")
-			o.Resume = false
-		}
-	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
-	default:
-		var prev struct {
-			Fingerprint string `json:"fingerprint"`
-		}
-		_ = json.Unmarshal(b, &prev)
-		switch {
-		case o.Overwrite:
-			for _, sub := range []string{train.CheckpointDir, train.MetricsFile, runFile} {
-				os.RemoveAll(filepath.Join(o.OutputDir, sub))
-			}
-		case prev.Fingerprint != o.fingerprint():
-			return usageErrorf("--output-dir %s holds a different step-3 run (its settings differ); choose another directory or pass --overwrite", o.OutputDir)
-		case !o.Resume:
-			return usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", o.OutputDir)
-		}
-	}
-	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
-		return fmt.Errorf("create --output-dir: %w", err)
-	}
-	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": o.fingerprint(), "options": o}, "", "  ")
-	return writeFileAtomic(path, rec)
-}
+func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 
 func runPPO(ctx context.Context, o *PPOOptions) error {
 	log := o.g.Log
-	if err := o.prepareOutput(); err != nil {
+	if _, err := os.Stat(filepath.Join(o.OutputDir, runFile)); err != nil && !o.Overwrite {
+		// A step-3 result without a run record (written by hand, or by an
+		// older gochat) is not replaced silently.
+		if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil {
+			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
+		}
+	}
+	var err error
+	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err
 	}
 	dev, err := newCPU(o.g)
@@ -356,7 +319,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		log.Info().Int("generation_batch", startBatch).Int("step", step).Msg("resumed from checkpoint")
 	}
 	metricsPath := filepath.Join(o.OutputDir, train.MetricsFile)
-	mf, err := openPPOMetrics(metricsPath, step)
+	mf, err := train.OpenMetrics(o.OutputDir, step)
 	if err != nil {
 		return err
 	}
@@ -618,38 +581,6 @@ func (o *PPOOptions) loadUnsupervised() (*unsupData, error) {
 	o.g.Log.Info().Int("blocks", len(set.Examples)).Str("dataset", o.UnsupData).Float64("unsup_coef", o.Config.UnsupCoef).Msg("mixture training")
 	return &unsupData{set: set, col: data.Collator{T: o.MaxPromptLen + o.MaxAnswerLen, PAD: pad}, seed: o.Seed}, nil
 }
-
-// ppoMetrics is step 3's metrics.jsonl, appended to on resume.
-type ppoMetrics struct{ f *os.File }
-
-// openPPOMetrics opens the metrics log keeping the records of steps up to
-// keep (0: a fresh log).
-func openPPOMetrics(path string, keep int) (*ppoMetrics, error) {
-	if err := train.TruncateMetrics(path, keep); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open metrics: %w", err)
-	}
-	return &ppoMetrics{f: f}, nil
-}
-
-func (m *ppoMetrics) Write(rec map[string]any) error {
-	for k, v := range rec {
-		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
-			rec[k] = nil
-		}
-	}
-	line, _ := json.Marshal(rec)
-	if _, err := m.f.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("write metrics: %w", err)
-	}
-	return nil
-}
-
-func (m *ppoMetrics) Sync() error  { return m.f.Sync() }
-func (m *ppoMetrics) Close() error { return m.f.Close() }
 
 // loadPrompts builds the phase-3 prompts.
 func (o *PPOOptions) loadPrompts(m *model.Model) (*data.Set, *tokenizer.Tokenizer, error) {

@@ -190,8 +190,12 @@ func (o *StageOptions) check(runF func(*StageOptions) error) error {
 }
 
 // fingerprint identifies a run by the settings that change its result.
-func (o *StageOptions) fingerprint() string {
-	b, _ := json.Marshal(o)
+func (o *StageOptions) fingerprint() string { return fingerprintOf(o) }
+
+// fingerprintOf hashes the JSON form of a command's options (fields tagged
+// json:"-" are the ones that do not change the result).
+func fingerprintOf(options any) string {
+	b, _ := json.Marshal(options)
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])
 }
@@ -199,41 +203,46 @@ func (o *StageOptions) fingerprint() string {
 // runFile records which run an output directory holds.
 const runFile = "run.json"
 
-// prepareOutput checks --output-dir against --resume and --overwrite and
-// records this run there.
-func (o *StageOptions) prepareOutput() error {
-	path := filepath.Join(o.OutputDir, runFile)
+// prepareRunDir checks an output directory against --resume and
+// --overwrite and records the run there (run.json: the fingerprint and
+// the options). It refuses a directory holding a different run, or this
+// run without --resume; --overwrite clears the checkpoint, metrics and
+// event files. It returns whether to resume: false where there is nothing
+// to resume yet (with a warning) or after --overwrite.
+func prepareRunDir(g *Globals, dir string, options any, resume, overwrite bool) (bool, error) {
+	fp := fingerprintOf(options)
+	path := filepath.Join(dir, runFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if o.Resume {
-			o.g.Log.Warn().Str("dir", o.OutputDir).Msg("--resume: no run there yet, starting afresh")
-			o.Resume = false
+		if resume {
+			g.Log.Warn().Str("dir", dir).Msg("--resume: no run there yet, starting afresh")
+			resume = false
 		}
 	case err != nil:
-		return fmt.Errorf("read %s: %w", path, err)
+		return false, fmt.Errorf("read %s: %w", path, err)
 	default:
 		var prev struct {
 			Fingerprint string `json:"fingerprint"`
 		}
 		_ = json.Unmarshal(b, &prev)
 		switch {
-		case o.Overwrite:
+		case overwrite:
 			for _, sub := range []string{train.CheckpointDir, train.MetricsFile, runFile, "tensorboard"} {
-				os.RemoveAll(filepath.Join(o.OutputDir, sub))
+				os.RemoveAll(filepath.Join(dir, sub))
 			}
-			o.Resume = false
-		case prev.Fingerprint != o.fingerprint():
-			return usageErrorf("--output-dir %s holds a different run (its settings differ); choose another directory or pass --overwrite", o.OutputDir)
-		case !o.Resume:
-			return usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", o.OutputDir)
+			resume = false
+		case prev.Fingerprint != fp:
+			return false, usageErrorf("--output-dir %s holds a different run (its settings differ); choose another directory or pass --overwrite", dir)
+		case !resume:
+			return false, usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", dir)
 		}
 	}
-	if err := os.MkdirAll(o.OutputDir, 0o755); err != nil {
-		return fmt.Errorf("create --output-dir: %w", err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("create --output-dir: %w", err)
 	}
-	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": o.fingerprint(), "options": o}, "", "  ")
-	return writeFileAtomic(path, rec)
+	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": fp, "options": options}, "", "  ")
+	return resume, writeFileAtomic(path, rec)
 }
 
 // writeFileAtomic writes b to path under a temporary name first.
@@ -243,7 +252,8 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 func runStage(ctx context.Context, o *StageOptions) error {
 	log := o.g.Log
 	start := time.Now()
-	if err := o.prepareOutput(); err != nil {
+	var err error
+	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err
 	}
 	dev, err := newCPU(o.g)

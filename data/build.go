@@ -45,6 +45,16 @@ func (p Phase) roles() Role {
 // tokenizes to seven ordinary tokens.
 const DefaultEndText = "<|endoftext|>"
 
+// RewardText is the text a reward model scores for answer to prompt:
+// prompt+answer followed by endText, tokenized as ONE text (step 2 builds
+// both sequences of a pair from it; reward.Sequence scores answers with it).
+// Tokenizing the parts separately and joining the ids is not the same: a
+// byte-level BPE merges across the seams, so an answer ending in "." before
+// "<|endoftext|>" gives other ids than the joint text does.
+func RewardText(prompt, answer, endText string) string {
+	return prompt + answer + endText
+}
+
 // IgnoreIndex marks a label that takes no loss (Hugging Face's -100; the
 // same value as model.IgnoreIndex).
 const IgnoreIndex = -100
@@ -204,7 +214,10 @@ func phaseTexts(p Phase, s *Sample, o *Options) []string {
 	case PhaseSFT:
 		return []string{s.PromptChosen, s.Prompt}
 	case PhaseReward:
-		return []string{s.PromptChosen + o.EndText, s.PromptRejected + o.EndText}
+		// PromptChosen is the prompt and the answer already joined (Sample):
+		// Prompt+Chosen, or for yitingxie/rlhf-reward-datasets the raw
+		// prompt+response.
+		return []string{RewardText(s.PromptChosen, "", o.EndText), RewardText(s.PromptRejected, "", o.EndText)}
 	}
 	return []string{s.Prompt}
 }

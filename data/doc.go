@@ -36,8 +36,8 @@
 //
 //	phase 1 (SFT)     prompt+chosen (+EOS with AddEOS), right-padded to MaxSeqLen;
 //	                  labels = ids on real tokens (optionally the response only)
-//	phase 2 (reward)  prompt+chosen+EndText and prompt+rejected+EndText,
-//	                  right-padded to MaxSeqLen
+//	phase 2 (reward)  prompt+chosen+EndText and prompt+rejected+EndText, each
+//	                  tokenized as one text (RewardText), right-padded to MaxSeqLen
 //	phase 3 (PPO)     the prompt; longer than MaxPromptLen is dropped and counted;
 //	                  LEFT-padded to MaxPromptLen
 //	unsupervised      texts tokenized, concatenated, cut into blocks of

@@ -58,11 +58,16 @@ func enc(s string) []int32 {
 	return t.Encode(s)
 }
 
-// sampleFile returns a file of ../shared/data/rm-static-sample or skips.
+// sampleFile returns a file of ../shared/data/rm-static-sample. Without it
+// the test skips, or fails when CI is set: CI checks out ../shared beside
+// the repository, so there a missing file is a broken checkout.
 func sampleFile(t *testing.T, name string) string {
 	t.Helper()
 	p := filepath.Join("..", "..", "shared", "data", "rm-static-sample", name)
 	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("shared test data absent under CI, which checks out ../shared beside the repository: %v", err)
+		}
 		t.Skipf("shared test data absent (%v); CI checks out ../shared beside the repository", err)
 	}
 	return p

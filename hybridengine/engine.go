@@ -125,12 +125,24 @@ func (e *Engine) Model() (*model.Model, error) {
 // opts with Train set, and Checkpoint set when the engine uses gradient
 // checkpointing. It is an error in Generate mode.
 func (e *Engine) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error) {
-	if err := e.want(TrainMode, "TrainActs"); err != nil {
+	opts, err := e.TrainActsOptions(opts)
+	if err != nil {
 		return nil, err
+	}
+	return e.m.NewActs(b, t, opts), nil
+}
+
+// TrainActsOptions returns opts as TrainActs uses them (Train set,
+// Checkpoint set when the engine uses gradient checkpointing), for callers
+// that reuse activation buffers (model.ReuseActs). It is an error in
+// Generate mode.
+func (e *Engine) TrainActsOptions(opts model.ActsOptions) (model.ActsOptions, error) {
+	if err := e.want(TrainMode, "TrainActs"); err != nil {
+		return opts, err
 	}
 	opts.Train = true
 	opts.Checkpoint = opts.Checkpoint || e.opts.GradientCheckpointing
-	return e.m.NewActs(b, t, opts), nil
+	return opts, nil
 }
 
 // InferenceModel returns the Generate-mode model: the fused workspace with

@@ -21,6 +21,13 @@ type layerActs struct {
 }
 
 // Acts are the buffers of one forward/backward pass over a [B,T] batch.
+//
+// Every buffer below is a view of exactly the size its comment gives, and a
+// prefix of one of the device allocations in backing (ReuseActs keeps those
+// when they are large enough for a new shape). Every kernel indexes its
+// buffers contiguously by the B, T it is given, and every buffer is written
+// by the pass before it is read, so a prefix view of a larger or previously
+// used allocation computes exactly what a fresh one does.
 type Acts struct {
 	B, T int
 	opts ActsOptions
@@ -34,20 +41,25 @@ type Acts struct {
 	resid  []kernels.Buffer // L+1 × [N,H]: the input of each layer and the decoder output
 	layers []layerActs      // L, or 1 shared by all layers with gradient checkpointing
 
-	fin               kernels.Buffer // [N,H] after the final LayerNorm (resid[L] without one)
-	finMean, finRstd  kernels.Buffer // [N]
-	y                 kernels.Buffer // [N,P] final hidden state (after project_out)
-	logits            kernels.Buffer // [N,V]; overwritten by dlogits in Backward
-	losses            kernels.Buffer // [N] per-position cross-entropy
-	values            kernels.Buffer // [N] value head outputs
-	dA, dB, dC        kernels.Buffer // [N,H] gradient scratch
-	dqkv              kernels.Buffer // [N,3H]
-	dfch              kernels.Buffer // [N,F]
-	dy, demb          kernels.Buffer // [N,P]
-	dlosses, dvalues  kernels.Buffer // [N]
-	seed              uint64
-	train, logitsLive bool
-	hostTargets       []int32
+	fin              kernels.Buffer // [N,H] after the final LayerNorm (resid[L] without one)
+	finMean, finRstd kernels.Buffer // [N]
+	y                kernels.Buffer // [N,P] final hidden state (after project_out)
+	logits           kernels.Buffer // [N,V]; overwritten by dlogits in Backward
+	losses           kernels.Buffer // [N] per-position cross-entropy
+	values           kernels.Buffer // [N] value head outputs
+	dA, dB, dC       kernels.Buffer // [N,H] gradient scratch
+	dqkv             kernels.Buffer // [N,3H]
+	dfch             kernels.Buffer // [N,F]
+	dy, demb         kernels.Buffer // [N,P]
+	dlosses, dvalues kernels.Buffer // [N]
+	seed             uint64
+	logitsLive       bool
+	hostTargets      []int32
+
+	// backing are the allocations on dev behind the views above, in the
+	// order layoutActs asks for them; their lengths are capacities.
+	dev     kernels.Device
+	backing []kernels.Buffer
 }
 
 // ActsOptions configure activation buffers.
@@ -66,28 +78,89 @@ type ActsOptions struct {
 
 // NewActs allocates the activation buffers for batches of shape [B,T].
 func (m *Model) NewActs(b, t int, opts ActsOptions) *Acts {
-	c, d := m.Config, m.Dev
+	return m.ReuseActs(nil, b, t, opts)
+}
+
+// ReuseActs returns activation buffers for batches of shape [B,T], reusing
+// the device memory of a where it can. When a is not nil, lives on m's
+// device and was made with the same opts (normally by m, or by a WithParams
+// view of it), a itself is returned, re-laid out for [B,T]: each of its
+// buffers is kept (as a prefix view) when it is large enough and replaced by
+// a new, exactly sized allocation when it is not, so a loop over varying
+// shapes soon stops allocating; a then holds, per buffer, the largest size
+// asked for. Otherwise (a is nil, or other options) the result is a fresh
+// NewActs and a is left alone.
+//
+// The result carries nothing over from a's last pass: Logits, Losses,
+// Values and Backward need a new Forward. Reusing a invalidates every
+// earlier use of it; a single Acts must not serve two passes at once.
+//
+//	a = m.ReuseActs(a, b, t, opts) // instead of m.NewActs(b, t, opts)
+func (m *Model) ReuseActs(a *Acts, b, t int, opts ActsOptions) *Acts {
+	if a == nil || a.dev != m.Dev || a.opts != opts {
+		a = &Acts{dev: m.Dev}
+	}
+	i := 0
+	buf := func(dt kernels.DType, n int) kernels.Buffer {
+		if i == len(a.backing) {
+			a.backing = append(a.backing, nil)
+		}
+		if bk := a.backing[i]; bk == nil || bk.DType() != dt || bk.Len() < n {
+			a.backing[i] = m.Dev.Alloc(dt, n)
+		}
+		v := a.backing[i].Slice(0, n)
+		i++
+		return v
+	}
+	m.layoutActs(a, b, t, opts, buf)
+	clear(a.backing[i:]) // a structure change (Config.Dropout toggled) left these unused
+	a.backing = a.backing[:i]
+	return a
+}
+
+// Bytes is the device memory, in bytes, that a holds: its capacity, which
+// after ReuseActs may exceed what its current shape uses.
+func (a *Acts) Bytes() int {
+	n := 0
+	for _, b := range a.backing {
+		n += b.Len() * b.DType().Size()
+	}
+	return n
+}
+
+// layoutActs (re)sets every field of a for shape [b,t], taking each distinct
+// buffer from buf in a fixed order; aliases (embIn = emb when P == H, fchAct
+// = fch for relu, fin = resid[L] without a final LayerNorm, y = fin without
+// project_out) are views of the same buffer, as the forward pass expects.
+// Only dev and backing survive; every flag starts cleared.
+func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, buf func(kernels.DType, int) kernels.Buffer) {
+	c := m.Config
 	H, F, P, V, NH := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumHeads
 	n := b * t
-	f32 := func(k int) kernels.Buffer { return d.Alloc(kernels.F32, k) }
-	a := &Acts{B: b, T: t, opts: opts}
-	a.ids, a.mask, a.pos, a.targets = d.Alloc(kernels.I32, n), d.Alloc(kernels.I32, n), d.Alloc(kernels.I32, n), d.Alloc(kernels.I32, n)
+	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
+	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
+	nl := c.NumLayers
+	if opts.Checkpoint {
+		nl = 1
+	}
+	*a = Acts{
+		B: b, T: t, opts: opts,
+		dev: a.dev, backing: a.backing,
+		hostTargets: a.hostTargets[:0],
+		resid:       reuse(a.resid, c.NumLayers+1),
+		layers:      reuse(a.layers, nl),
+	}
+	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
 	a.emb = f32(n * P)
 	a.embIn = a.emb
 	if c.HasProjections() {
 		a.embIn = f32(n * H)
 	}
 	a.posEmb = f32(n * H)
-	a.resid = make([]kernels.Buffer, c.NumLayers+1)
 	for i := range a.resid {
 		a.resid[i] = f32(n * H)
 	}
 	dropout := opts.Dropout && c.Dropout > 0
-	nl := c.NumLayers
-	if opts.Checkpoint {
-		nl = 1
-	}
-	a.layers = make([]layerActs, nl)
 	for i := range a.layers {
 		la := &a.layers[i]
 		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(3*n*H), f32(b*NH*t*t), f32(n*H), f32(n*H), f32(n*H)
@@ -130,7 +203,17 @@ func (m *Model) NewActs(b, t int, opts ActsOptions) *Acts {
 		}
 		a.dlosses, a.dvalues = f32(n), f32(n)
 	}
-	return a
+}
+
+// reuse returns s resized to n elements, all zero, keeping its array when
+// it is large enough.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // layer returns the saved activations of layer l.

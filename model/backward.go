@@ -47,9 +47,12 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	if a.dA == nil {
 		return fmt.Errorf("model: Backward needs Acts made with Train")
 	}
+	if !m.FreezeBase && m.Grads.Flat == nil {
+		return fmt.Errorf("model: gradients were allocated for a frozen base (FreezeBase); call AllocGrads again after clearing FreezeBase")
+	}
 	c, d, p, gr := m.Config, m.Dev, m.Params, m.Grads
 	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
-	if m.FreezeBase { // only the value head's gradient; nil views are skipped
+	if m.FreezeBase && gr.Flat != nil { // only the value head's gradient; nil views are skipped
 		gr = &Params{VHead: gr.VHead, Layers: make([]LayerParams, c.NumLayers)}
 	}
 

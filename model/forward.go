@@ -57,7 +57,8 @@ func Positions(mask []int32, b, t int, start []int32) []int32 {
 	return pos
 }
 
-// upload checks and copies a batch to the device.
+// upload checks a batch and copies it to the device. It checks everything
+// before it writes anything, so a rejected batch leaves a as it was.
 func (m *Model) upload(a *Acts, in Batch) error {
 	n := a.B * a.T
 	if len(in.IDs) != n {
@@ -78,14 +79,6 @@ func (m *Model) upload(a *Acts, in Batch) error {
 			return fmt.Errorf("model: position %d at index %d exceeds max_position_embeddings %d", p-2, i, m.Config.MaxPositions)
 		}
 	}
-	d := m.Dev
-	d.WriteI32(a.ids, in.IDs)
-	d.WriteI32(a.pos, pos)
-	a.hasMask = in.Mask != nil
-	if a.hasMask {
-		d.WriteI32(a.mask, in.Mask)
-	}
-	a.hasTargets = in.Targets != nil && a.logits != nil
 	if in.Targets != nil {
 		if len(in.Targets) != n {
 			return fmt.Errorf("model: targets have %d entries, want %d", len(in.Targets), n)
@@ -95,8 +88,19 @@ func (m *Model) upload(a *Acts, in Batch) error {
 				return fmt.Errorf("model: target %d at position %d is outside the vocabulary", tg, i)
 			}
 		}
+	}
+	d := m.Dev
+	d.WriteI32(a.ids, in.IDs)
+	d.WriteI32(a.pos, pos)
+	a.hasMask = in.Mask != nil
+	if a.hasMask {
+		d.WriteI32(a.mask, in.Mask)
+	}
+	a.hasTargets = in.Targets != nil && a.logits != nil
+	a.hostTargets = a.hostTargets[:0] // no stale targets for MeanLossGrad
+	if in.Targets != nil {
 		d.WriteI32(a.targets, in.Targets)
-		a.hostTargets = append(a.hostTargets[:0], in.Targets...)
+		a.hostTargets = append(a.hostTargets, in.Targets...)
 	}
 	a.seed = in.Seed
 	return nil

@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,9 +21,13 @@ var decoderPrefixes = []string{"model.decoder.", "decoder.", "rwtransformer.deco
 // LoadOptions configure Load.
 type LoadOptions struct {
 	// ValueHead: "auto" (or "") adds a value head when the checkpoint has
-	// v_head.weight; "yes" always adds one (zero-initialised when the file
-	// has none); "no" never does (a v_head in the file is ignored).
+	// v_head.weight; "yes" always adds one (initialised by InitValueHead
+	// from ValueHeadSeed when the file has none); "no" never does (a v_head
+	// in the file is ignored).
 	ValueHead string
+	// ValueHeadSeed seeds the initialisation of a value head that Load adds
+	// and the checkpoint does not have (every value, 0 included, is a seed).
+	ValueHeadSeed uint64
 }
 
 // Load reads a Hugging Face model directory (config.json and any weight
@@ -51,10 +57,39 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	if err := m.LoadWeights(ck, opts.ValueHead == "yes" && !hasVHead); err != nil {
+	fresh := vh && !hasVHead
+	if err := m.LoadWeights(ck, fresh); err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
+	if fresh {
+		m.InitValueHead(opts.ValueHeadSeed)
+	}
 	return m, nil
+}
+
+// vheadStream is the second word of the PCG state that InitValueHead seeds
+// ("vhea"), fixed so that a seed gives the same head in every release.
+const vheadStream = 0x76686561
+
+// InitValueHead sets the value head to nn.Linear(P, 1, bias=False)'s default
+// initialisation, deterministically from seed: v_head[i] = (2u−1)/√P with
+// u = rand.New(rand.NewPCG(seed, 0x76686561)).Float64() drawn in order, i.e.
+// U(−1/√P, 1/√P) (kaiming_uniform with a=√5 reduces to that bound). Load
+// uses it for a value head the checkpoint does not have (LoadOptions
+// ValueHead "yes"), so the critic of step 3 starts as the reward model of
+// step 2 does: with a zero head no gradient would reach the body at first.
+// It does nothing on a model without a value head.
+func (m *Model) InitValueHead(seed uint64) {
+	if m.Params.VHead == nil {
+		return
+	}
+	h := make([]float32, m.Params.VHead.Len())
+	rng := rand.New(rand.NewPCG(seed, vheadStream))
+	b := 1 / math.Sqrt(float64(len(h)))
+	for i := range h {
+		h[i] = float32((rng.Float64()*2 - 1) * b)
+	}
+	m.Dev.WriteF32(m.Params.VHead, h)
 }
 
 // fileName maps a checkpoint tensor name to the model's short name, or ""
@@ -77,7 +112,8 @@ func (m *Model) shortName(name string) string {
 // LoadWeights copies every parameter from ck, checking names and shapes
 // against the config. A tied lm_head in the file is ignored (the embedding
 // is used, as transformers does). allowMissingVHead lets a freshly added
-// value head stay zero.
+// value head be absent from ck (its weights are left as they are; Load
+// then initialises them with InitValueHead).
 func (m *Model) LoadWeights(ck *tensor.Checkpoint, allowMissingVHead bool) error {
 	want := map[string]paramSpec{}
 	for _, s := range m.specs {

@@ -33,11 +33,15 @@ type Model struct {
 	Config *Config
 	Dev    kernels.Device
 	Params *Params
-	// Grads has the layout of Params; nil until AllocGrads.
+	// Grads has the layout of Params; nil until AllocGrads. For a model
+	// allocated with FreezeBase set, only the value head's gradient exists
+	// (Grads.VHead, nil without a value head) and Grads.Flat is nil.
 	Grads *Params
 	// FreezeBase skips the gradients of the base weights in Backward (LoRA
 	// with only the adapters trained); the value head still gets its
-	// gradient, and input gradients still flow.
+	// gradient, and input gradients still flow. Set it before AllocGrads so
+	// that no base gradients are allocated; clearing it later needs
+	// AllocGrads again (Backward says so).
 	FreezeBase bool
 
 	opts    Options
@@ -65,17 +69,50 @@ func (m *Model) HasValueHead() bool { return m.opts.ValueHead }
 // NumParams is the number of parameters (the tied lm_head counted once).
 func (m *Model) NumParams() int { return m.Params.Flat.Len() }
 
-// AllocGrads allocates zeroed gradient buffers with the parameters' layout.
+// AllocGrads allocates zeroed gradient buffers with the parameters' layout:
+// every parameter's, or, with FreezeBase set, only the value head's (the one
+// gradient Backward then writes; a frozen model without a value head gets
+// none). Gradients that exist already are kept when they cover what is
+// trained: full gradients also serve a model frozen later (Backward then
+// leaves the base part alone), while value-head-only gradients are replaced
+// by full ones once FreezeBase is cleared.
 func (m *Model) AllocGrads() {
-	if m.Grads == nil {
+	switch {
+	case m.Grads != nil && (m.Grads.Flat != nil || m.FreezeBase):
+		// Already covers what Backward writes.
+	case m.FreezeBase:
+		g := &Params{Layers: make([]LayerParams, m.Config.NumLayers)}
+		if _, shape, ok := m.ParamRange("v_head.weight"); ok {
+			g.VHead = m.Dev.Alloc(kernels.F32, shape[0]*shape[1])
+		}
+		m.Grads = g
+	default:
 		m.Grads = newParams(m.Config, m.specs, m.Dev.Alloc(kernels.F32, m.NumParams()))
 	}
 }
 
+// GradElems is the number of gradient elements allocated (0 before
+// AllocGrads): NumParams, or only the value head's with FreezeBase.
+func (m *Model) GradElems() int {
+	switch {
+	case m.Grads == nil:
+		return 0
+	case m.Grads.Flat != nil:
+		return m.Grads.Flat.Len()
+	case m.Grads.VHead != nil:
+		return m.Grads.VHead.Len()
+	}
+	return 0
+}
+
 // ZeroGrads sets every gradient to zero.
 func (m *Model) ZeroGrads() {
-	if m.Grads != nil {
+	switch {
+	case m.Grads == nil:
+	case m.Grads.Flat != nil:
 		m.Dev.Zero(m.Grads.Flat)
+	case m.Grads.VHead != nil:
+		m.Dev.Zero(m.Grads.VHead)
 	}
 }
 
@@ -102,6 +139,8 @@ func (m *Model) ParamRange(name string) (offset int, shape []int, ok bool) {
 }
 
 // ParamView returns the view of a named parameter in p (Params or Grads).
+// Gradients allocated for a frozen base (see AllocGrads) have only
+// "v_head.weight".
 func (m *Model) ParamView(p *Params, name string) (kernels.Buffer, error) {
 	off, shape, ok := m.ParamRange(name)
 	if !ok {
@@ -110,6 +149,12 @@ func (m *Model) ParamView(p *Params, name string) (kernels.Buffer, error) {
 	n := 1
 	for _, d := range shape {
 		n *= d
+	}
+	if p.Flat == nil {
+		if name == "v_head.weight" && p.VHead != nil {
+			return p.VHead, nil
+		}
+		return nil, fmt.Errorf("model: %q has no buffer here (gradients allocated for a frozen base)", name)
 	}
 	return p.Flat.Slice(off, n), nil
 }

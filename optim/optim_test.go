@@ -17,8 +17,10 @@ func TestSchedules(t *testing.T) {
 		{"constant", map[int]float64{0: 1, 5: 1, 20: 1}},
 		{"constant_with_warmup", map[int]float64{0: 0, 1: 0.5, 2: 1, 9: 1}},
 		{"linear", map[int]float64{0: 0, 1: 0.5, 2: 1, 6: 0.5, 10: 0, 12: 0}},
-		{"cosine", map[int]float64{0: 0, 1: 0.5, 2: 1, 6: 0.5, 10: 0}},
-		{"cosine_with_restarts", map[int]float64{2: 1, 6: 0.5, 10: 0}},
+		// Past the total a schedule holds its end value: the cosine does
+		// not climb back (at 14 the unclamped formula gives 0.5, at 18 1).
+		{"cosine", map[int]float64{0: 0, 1: 0.5, 2: 1, 6: 0.5, 10: 0, 14: 0, 18: 0}},
+		{"cosine_with_restarts", map[int]float64{2: 1, 6: 0.5, 10: 0, 14: 0}},
 		{"polynomial", map[int]float64{1: 0.5, 2: 1, 6: 0.5 + 0.5e-7, 10: 1e-7, 11: 1e-7}},
 	}
 	for _, c := range cases {

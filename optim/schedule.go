@@ -12,7 +12,8 @@ var ScheduleNames = []string{"linear", "cosine", "cosine_with_restarts", "polyno
 
 // Schedule maps the number of optimizer steps already taken (0 for the
 // first step) to a multiplier of the base learning rate, as transformers'
-// LambdaLR schedules do.
+// LambdaLR schedules do. Past its total a schedule holds its final value
+// (a cosine does not climb back).
 type Schedule func(step int) float64
 
 // NewSchedule returns the named schedule with warmup steps of linear
@@ -23,6 +24,14 @@ func NewSchedule(name string, warmup, total int) (Schedule, error) {
 	if warmup < 0 || total < 0 {
 		return nil, fmt.Errorf("schedule %s: warmup (%d) and total (%d) steps must be >= 0", name, warmup, total)
 	}
+	sched, err := newSchedule(name, warmup, total)
+	if err != nil {
+		return nil, err
+	}
+	return func(s int) float64 { return sched(min(s, total)) }, nil
+}
+
+func newSchedule(name string, warmup, total int) (Schedule, error) {
 	warm := func(s int) float64 { return float64(s) / float64(max(1, warmup)) }
 	progress := func(s int) float64 { return float64(s-warmup) / float64(max(1, total-warmup)) }
 	switch name {

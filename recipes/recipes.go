@@ -36,8 +36,11 @@ type Recipe struct {
 	Name        string `yaml:"-"`
 	Source      string `yaml:"-"` // file path, or "builtin:NAME"
 	Description string `yaml:"description"`
-	Actor       string `yaml:"actor"`
-	Reward      string `yaml:"reward"`
+	// Generator names a task generator that `gochat train` runs before
+	// step 1 (the demo's data and from-scratch models); "" for none.
+	Generator string `yaml:"generator"`
+	Actor     string `yaml:"actor"`
+	Reward    string `yaml:"reward"`
 	// Steps maps a step ("sft", "reward", "ppo") to flag values by flag
 	// name. Values are YAML scalars or lists, rendered as flag strings.
 	Steps map[string]map[string]any `yaml:"steps"`
@@ -167,17 +170,16 @@ func Raw(name string) ([]byte, error) {
 	return b, nil
 }
 
-// Expand replaces {NAME} in every string value of the steps with vars[NAME]
-// (the demo recipe refers to {demo}, the folder its data is written to).
+// Expand replaces {NAME} in the actor, the reward model and every string
+// value of the steps with vars[NAME] (`gochat train` sets {output}, its
+// output directory, and {GENERATOR}, the folder a generator wrote to).
 func (r *Recipe) Expand(vars map[string]string) {
+	r.Actor, r.Reward = ExpandString(r.Actor, vars), ExpandString(r.Reward, vars)
 	var expand func(v any) any
 	expand = func(v any) any {
 		switch x := v.(type) {
 		case string:
-			for k, val := range vars {
-				x = strings.ReplaceAll(x, "{"+k+"}", val)
-			}
-			return x
+			return ExpandString(x, vars)
 		case []any:
 			out := make([]any, len(x))
 			for i, e := range x {
@@ -192,4 +194,18 @@ func (r *Recipe) Expand(vars map[string]string) {
 			flags[k] = expand(v)
 		}
 	}
+}
+
+// ExpandString replaces {NAME} in s with vars[NAME].
+func ExpandString(s string, vars map[string]string) string {
+	for k, val := range vars {
+		s = strings.ReplaceAll(s, "{"+k+"}", val)
+	}
+	return s
+}
+
+// Sets reports whether the recipe gives flag for step.
+func (r *Recipe) Sets(step, flag string) bool {
+	_, ok := r.Steps[step][flag]
+	return ok
 }

@@ -2,9 +2,79 @@ package reward
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/model"
 )
+
+// Tokenizer is what scoring needs of a tokenizer (*tokenizer.Tokenizer
+// satisfies it).
+type Tokenizer interface {
+	// Encode returns the ids of text; with addSpecial, inside the
+	// tokenizer's template (OPT: BOS in front).
+	Encode(text string, addSpecial bool) []int32
+	// Decode returns the text of ids, ill-formed UTF-8 replaced by U+FFFD,
+	// special tokens dropped with skipSpecial; an id outside the vocabulary
+	// is an error.
+	Decode(ids []int32, skipSpecial bool) (string, error)
+}
+
+// Sequence is the token sequence the reward model scores for answer to
+// prompt: data.RewardText(prompt, answer, endText) tokenized as one text,
+// with BOS as step 2 adds it. `gochat score`, the demo's evaluation and
+// step 3 all score this, so a reward model is asked about the sequences it
+// was trained on.
+func Sequence(tok Tokenizer, prompt, answer, endText string) []int32 {
+	return tok.Encode(data.RewardText(prompt, answer, endText), true)
+}
+
+// SequenceFromIDs is Sequence for token ids, as step 3 has them. The
+// prompt's ids (padding already removed) lose the ids the tokenizer puts
+// before every text (Encode("", true): OPT's BOS) when they start with
+// them; the generated answer's ids are cut at the first eos (eos and all
+// after it dropped; eos < 0 cuts nothing). Both are decoded to text and
+// the texts go to Sequence: re-tokenizing gives the ids step 2 makes of the
+// same text, which joining ids (answer ids + tokenized endText) does not,
+// because byte-level BPE merges across the seams (" Paris." + "<|endoftext|>"
+// tokenizes to ... "ĠParis" ".<" "|" ..., not "." "<").
+//
+// Decoding keeps special tokens as their text ("</s>", "<pad>"), which
+// encodes back to their ids, so for valid UTF-8 texts p and a (a free of
+// the EOS token, which would end it)
+// SequenceFromIDs(Encode(p, true), Encode(a, false), eos, e) equals
+// Sequence(p, a, e). An answer whose bytes are not valid UTF-8 (generation
+// stopped inside a multi-byte character, or bytes in a bad order) is scored
+// as the text Decode shows: each ill-formed part replaced by U+FFFD, as
+// Hugging Face's decoder does; no text is dropped. An id outside the
+// tokenizer's vocabulary (a model vocabulary padded past the tokenizer's,
+// OPT's 50272 against 50265) has no text and is an error.
+func SequenceFromIDs(tok Tokenizer, promptIDs, answerIDs []int32, eos int32, endText string) ([]int32, error) {
+	prompt, answer, err := Texts(tok, promptIDs, answerIDs, eos)
+	if err != nil {
+		return nil, err
+	}
+	return Sequence(tok, prompt, answer, endText), nil
+}
+
+// Texts are the prompt and answer texts SequenceFromIDs scores for token
+// ids (what `gochat ppo --print-answers` shows, so that `gochat score` on
+// them gives the same score).
+func Texts(tok Tokenizer, promptIDs, answerIDs []int32, eos int32) (prompt, answer string, err error) {
+	if prefix := tok.Encode("", true); len(prefix) > 0 && len(promptIDs) >= len(prefix) && slices.Equal(promptIDs[:len(prefix)], prefix) {
+		promptIDs = promptIDs[len(prefix):]
+	}
+	if i := slices.Index(answerIDs, eos); i >= 0 {
+		answerIDs = answerIDs[:i]
+	}
+	if prompt, err = tok.Decode(promptIDs, false); err != nil {
+		return "", "", fmt.Errorf("reward: prompt: %w", err)
+	}
+	if answer, err = tok.Decode(answerIDs, false); err != nil {
+		return "", "", fmt.Errorf("reward: answer: %w", err)
+	}
+	return prompt, answer, nil
+}
 
 // Score returns the reward model's score of each token sequence: the value
 // head's output at the sequence's last token, as the pairwise loss scores

@@ -15,7 +15,8 @@ import (
 )
 
 // optDir is the OPT tokenizer of the shared data (../shared beside the
-// checkout); tests that need it skip when it is absent.
+// checkout); tests that need it skip when it is absent, or fail when the
+// environment variable CI is set (CI checks ../shared out).
 var optDir = filepath.Join("..", "..", "shared", "data", "opt-tokenizer")
 
 // loadOPT loads the OPT tokenizer through load (a loading route), once per
@@ -23,6 +24,9 @@ var optDir = filepath.Join("..", "..", "shared", "data", "opt-tokenizer")
 func loadOPT(t testing.TB, route string) *Tokenizer {
 	t.Helper()
 	if _, err := os.Stat(optDir); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("OPT tokenizer files not found at %s, and CI is set (CI checks out ../shared beside the repository): %v", optDir, err)
+		}
 		t.Skipf("OPT tokenizer files not found at %s (the shared data directory beside the checkout): %v", optDir, err)
 	}
 	optOnce.Do(func() {

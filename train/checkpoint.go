@@ -11,7 +11,6 @@ import (
 
 	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"github.com/gochat-ai/gochat/kernels"
-	"github.com/gochat-ai/gochat/optim"
 	"github.com/gochat-ai/gochat/tensor"
 )
 
@@ -26,15 +25,19 @@ const (
 	stateRecord  = "state.json"
 )
 
+// ckptFormat is the version of state.json; checkpoints of another
+// version are refused with a message.
+const ckptFormat = 2
+
 // state.json of a training-loop checkpoint.
 type ckptState struct {
-	Format      int      `json:"format"`
-	Fingerprint string   `json:"fingerprint"`
-	Position    position `json:"position"`
-	Seed        uint64   `json:"seed"`
-	OptSteps    int      `json:"optimizer_steps"`
-	MetricsRows int      `json:"metrics_rows"`
-	Buffers     []string `json:"buffers"`
+	Format      int             `json:"format"`
+	Fingerprint string          `json:"fingerprint"`
+	Position    position        `json:"position"`
+	Seed        uint64          `json:"seed"`
+	MetricsRows int             `json:"metrics_rows"`
+	Buffers     []string        `json:"buffers"`
+	Stage       json.RawMessage `json:"stage,omitempty"`
 }
 
 // SaveState writes a checkpoint to dir/checkpoint: the named device buffers
@@ -82,7 +85,7 @@ func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, r
 
 // ReadRecord reads the JSON record of the checkpoint in dir into record.
 func ReadRecord(dir string, record any) error {
-	path := filepath.Join(dir, CheckpointDir, stateRecord)
+	path := filepath.Join(checkpointPath(dir), stateRecord)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
@@ -96,7 +99,7 @@ func ReadRecord(dir string, record any) error {
 // LoadState restores the named device buffers from the checkpoint in dir;
 // each must be present with its exact size.
 func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) error {
-	cdir := filepath.Join(dir, CheckpointDir)
+	cdir := checkpointPath(dir)
 	ck, err := tensor.Open(filepath.Join(cdir, stateTensors))
 	if err != nil {
 		return err
@@ -120,39 +123,28 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 	return nil
 }
 
-// OptimizerState adds an optimizer's moments to bufs under prefix
-// (prefix+"m.0", prefix+"v.0", ...), for SaveState and LoadState.
-func OptimizerState(bufs map[string]kernels.Buffer, prefix string, opt *optim.AdamW) {
-	m, v := opt.Moments()
-	for i := range m {
-		bufs[fmt.Sprintf("%sm.%d", prefix, i)] = m[i]
-		bufs[fmt.Sprintf("%sv.%d", prefix, i)] = v[i]
-	}
-}
-
-// loopBuffers are the buffers of a training-loop checkpoint.
-func loopBuffers(tr Trainable, opt *optim.AdamW) map[string]kernels.Buffer {
-	bufs := map[string]kernels.Buffer{}
-	for name, b := range tr.State {
-		bufs["param."+name] = b
-	}
-	OptimizerState(bufs, "adam.", opt)
-	return bufs
-}
-
 // checkpoint writes the loop's full training state to Dir/checkpoint.
 func (l *loop) checkpoint() error {
 	if l.cfg.Dir == "" {
 		return nil
 	}
+	if err := l.metrics.Sync(); err != nil {
+		return fmt.Errorf("write metrics: %w", err)
+	}
 	pos := l.pos
 	pos.LastCkpt = pos.Step
-	st := ckptState{Format: 1, Fingerprint: l.cfg.Fingerprint, Position: pos, Seed: l.cfg.Seed,
-		OptSteps: l.opt.Steps(), MetricsRows: l.metrics.rows, Buffers: sortedKeys(l.tr.State)}
-	if err := SaveState(l.dev, l.cfg.Dir, loopBuffers(l.tr, l.opt), st); err != nil {
+	bufs, rec := l.st.State()
+	stage, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	st := ckptState{Format: ckptFormat, Fingerprint: l.cfg.Fingerprint, Position: pos, Seed: l.cfg.Seed,
+		MetricsRows: l.metrics.rows, Buffers: sortedKeys(bufs), Stage: stage}
+	if err := SaveState(l.dev, l.cfg.Dir, bufs, st); err != nil {
 		return err
 	}
 	l.pos.LastCkpt = pos.Step
+	l.cfg.Log.Debug().Int("step", pos.Step).Msg("checkpoint")
 	return nil
 }
 
@@ -165,9 +157,24 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// HasCheckpoint reports whether dir holds a training checkpoint.
+// checkpointPath is the complete checkpoint in dir: checkpoint/, or
+// checkpoint.old/ when a save was interrupted between its two renames
+// (SaveState), or checkpoint/ when there is neither.
+func checkpointPath(dir string) string {
+	for _, name := range []string{CheckpointDir, CheckpointDir + ".old"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(filepath.Join(p, stateRecord)); err == nil {
+			return p
+		}
+	}
+	return filepath.Join(dir, CheckpointDir)
+}
+
+// HasCheckpoint reports whether dir holds a complete training checkpoint
+// (checkpoint/, or checkpoint.old/ left by a save interrupted between its
+// renames).
 func HasCheckpoint(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, CheckpointDir, stateRecord))
+	_, err := os.Stat(filepath.Join(checkpointPath(dir), stateRecord))
 	return err == nil
 }
 
@@ -179,26 +186,32 @@ func CheckpointFingerprint(dir string) (string, error) {
 	return st.Fingerprint, err
 }
 
-// loadCheckpoint restores the state saved in cfg.Dir. ok is false when
-// there is no checkpoint (a fresh start).
-func loadCheckpoint(dev kernels.Device, cfg Config, tr Trainable, opt *optim.AdamW) (position, bool, error) {
+// loadCheckpoint restores the state saved in cfg.Dir into st. ok is false
+// when there is no checkpoint (a fresh start); rows is the number of
+// metrics records the checkpoint covers.
+func loadCheckpoint(dev kernels.Device, cfg Config, st RoundStage) (pos position, rows int, ok bool, err error) {
 	if !HasCheckpoint(cfg.Dir) {
-		return position{}, false, nil
+		return position{}, 0, false, nil
 	}
-	var st ckptState
-	if err := ReadRecord(cfg.Dir, &st); err != nil {
-		return position{}, false, err
+	var ck ckptState
+	if err := ReadRecord(cfg.Dir, &ck); err != nil {
+		return position{}, 0, false, err
 	}
-	dir := filepath.Join(cfg.Dir, CheckpointDir)
-	if st.Fingerprint != cfg.Fingerprint {
-		return position{}, false, fmt.Errorf("checkpoint in %s belongs to a different run (its settings differ); use another --output-dir, or --overwrite to start afresh", dir)
+	dir := checkpointPath(cfg.Dir)
+	switch {
+	case ck.Format != ckptFormat:
+		return position{}, 0, false, fmt.Errorf("checkpoint in %s has format %d, this gochat reads %d; start afresh with --overwrite", dir, ck.Format, ckptFormat)
+	case ck.Fingerprint != cfg.Fingerprint:
+		return position{}, 0, false, fmt.Errorf("checkpoint in %s belongs to a different run (its settings differ); use another --output-dir, or --overwrite to start afresh", dir)
+	case ck.Seed != cfg.Seed:
+		return position{}, 0, false, fmt.Errorf("checkpoint in %s was made with --seed %d, not %d", dir, ck.Seed, cfg.Seed)
 	}
-	if st.Seed != cfg.Seed {
-		return position{}, false, fmt.Errorf("checkpoint in %s was made with --seed %d, not %d", dir, st.Seed, cfg.Seed)
+	bufs, _ := st.State()
+	if err := LoadState(dev, cfg.Dir, bufs); err != nil {
+		return position{}, 0, false, err
 	}
-	if err := LoadState(dev, cfg.Dir, loopBuffers(tr, opt)); err != nil {
-		return position{}, false, err
+	if err := st.Restore(ck.Stage); err != nil {
+		return position{}, 0, false, fmt.Errorf("checkpoint in %s: %w", dir, err)
 	}
-	opt.SetSteps(st.OptSteps)
-	return st.Position, true, nil
+	return ck.Position, ck.MetricsRows, true, nil
 }

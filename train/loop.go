@@ -1,23 +1,34 @@
-// Package train is gochat's one training loop, shared by every stage: epochs
-// of shuffled micro-batches, gradient accumulation, the learning-rate
-// schedule, global-norm clipping, AdamW, evaluation every N steps and at the
-// end, metrics, progress, and checkpoints with exact resume. A stage plugs in
-// what one micro-batch does (Stage); the loop owns the order of everything
-// else.
+// Package train is gochat's one training loop, shared by every stage:
+// epochs over the training examples in seeded order, rounds of batches
+// (gradient accumulation in steps 1 and 2, generation batches in step 3),
+// the update that ends a round, evaluation every N rounds and at the end,
+// metrics, progress, timing, and checkpoints with exact resume. Optimizer
+// is the update every stage takes: the learning-rate schedule, a finite
+// check of the gradient norm before anything changes, global-norm
+// clipping and AdamW.
+//
+// A stage plugs in as a RoundStage: Batch runs on each batch of examples,
+// Update ends each round. Steps 1 and 2 write a Stage (what one
+// micro-batch does) and call Run, which plugs it in with an Optimizer
+// step as the update; step 3 (package ppo) plugs in its experience phase
+// and its train phase and calls RunRounds.
 //
 // Determinism: the order of the training examples in epoch e is a
-// permutation seeded by (seed, e), and micro-batch k of the run gets the
-// dropout seed (seed, k), so a run resumed from a checkpoint replays exactly
-// the computation an uninterrupted run would have done.
+// permutation seeded by (seed, e), and batch k of the run is handed k, from
+// which it derives its randomness (dropout, sampling), so a run resumed
+// from a checkpoint replays exactly the computation an uninterrupted run
+// would have done.
 package train
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -26,14 +37,14 @@ import (
 	"github.com/gochat-ai/gochat/optim"
 )
 
-// BatchStats is what a stage reports for one micro-batch.
+// BatchStats is what a stage reports for one batch.
 type BatchStats struct {
-	Loss   float64            // the micro-batch's loss (mean over its examples/tokens)
+	Loss   float64            // the batch's loss (mean over its examples/tokens)
 	Tokens int                // tokens processed (for throughput)
-	Extra  map[string]float64 // stage metrics averaged over the step (e.g. "accuracy")
+	Extra  map[string]float64 // stage metrics averaged over the round (e.g. "accuracy")
 }
 
-// Stage is one training objective.
+// Stage is one training objective on fixed examples (steps 1 and 2).
 type Stage interface {
 	// TrainBatch runs forward and backward on the training examples idx,
 	// accumulating into the gradients the gradient of its mean loss. seed
@@ -43,58 +54,118 @@ type Stage interface {
 	Evaluate() (map[string]float64, error)
 }
 
-// Trainable describes the state the loop optimises and checkpoints.
+// RoundStage is what any stage plugs into the loop.
+type RoundStage interface {
+	// Batch runs the first phase of a round on the training examples idx:
+	// forward and backward of a micro-batch (steps 1 and 2), or the
+	// experience phase on a batch of prompts (step 3). k counts the batches
+	// of the run from 0 and keys their randomness.
+	Batch(ctx context.Context, idx []int, k int) (BatchStats, error)
+	// Update ends round r (the optimizer step of steps 1 and 2, the PPO
+	// train phase of step 3) and returns its metrics record; the loop adds
+	// step, epoch and tokens_per_sec. A *NonFiniteError stops the run (the
+	// loop fills in its step and checkpoint).
+	Update(ctx context.Context, r Round) (map[string]float64, error)
+	// Evaluate computes evaluation metrics; nil without evaluation.
+	Evaluate() (map[string]float64, error)
+	// State returns what a checkpoint keeps: device buffers by name and a
+	// JSON-serialisable record of host state. Restore sets the host state
+	// back from the record, after the loop has loaded the buffers.
+	State() (map[string]kernels.Buffer, any)
+	Restore(record json.RawMessage) error
+}
+
+// Round describes the round an Update ends.
+type Round struct {
+	Step    int // 1-based index of the round in the run (the optimizer step of steps 1 and 2)
+	Epoch   int // 0-based epoch
+	Batches int // batches in the round
+	Last    bool
+	Stats   BatchStats // the batches' stats: Loss, Tokens and Extra summed
+}
+
+// Trainable describes the state an Optimizer updates and checkpoints.
 type Trainable struct {
 	// Groups are the optimizer's parameter groups.
 	Groups []optim.Group
-	// Grads are the gradient buffers: zeroed before each step, clipped by
+	// Grads are the gradient buffers: zeroed after each step, clipped by
 	// their global norm.
 	Grads []kernels.Buffer
-	// State are the buffers a checkpoint saves and restores, by name
+	// State are the model buffers a checkpoint saves and restores, by name
 	// (the parameters: model, adapters).
 	State map[string]kernels.Buffer
 }
 
 // Config configures the loop.
 type Config struct {
-	TrainSize   int // number of training examples
-	MicroBatch  int // examples per micro-batch (--per-device-train-batch-size)
-	GradAccum   int // micro-batches per optimizer step
-	Epochs      int
-	MaxSteps    int // optimizer steps of the run, overriding Epochs (0: Epochs decide)
-	Schedule    string
-	Warmup      int
-	ClipNorm    float64 // global-norm clipping (0: off)
-	AdamW       optim.AdamWConfig
-	EvalEvery   int // evaluate every N optimizer steps (0: only at the end)
-	SaveEvery   int // checkpoint every N optimizer steps (0: at the end of each epoch)
-	LogEvery    int // metrics every N steps (default 1)
+	TrainSize  int // number of training examples
+	MicroBatch int // examples per batch (--per-device-train-batch-size; step 3: generation batch)
+	GradAccum  int // batches per round (gradient accumulation; step 3: --generation-batches)
+	Epochs     int
+	MaxSteps   int // rounds of the run, overriding Epochs (0: Epochs decide)
+	// MaxBatches, when > 0, ends the run after this many batches (step 3's
+	// --max-steps counts generation batches), the last round cut short.
+	MaxBatches int
+	Schedule   string // Run: the learning-rate schedule over rounds
+	Warmup     int
+	ClipNorm   float64 // Run: global-norm clipping (0: off)
+	AdamW      optim.AdamWConfig
+	EvalEvery  int // evaluate every N rounds (0: only at the end)
+	// SaveEvery checkpoints once N rounds have passed since the last
+	// checkpoint (0: at the end of each epoch).
+	SaveEvery   int
+	LogEvery    int // metrics every N rounds (default 1)
 	Seed        uint64
 	Dir         string // output directory: metrics.jsonl and checkpoint/
 	Fingerprint string // identifies the run; a checkpoint of another run is refused
 	Resume      bool
 	Log         zerolog.Logger
-	Progress    io.Writer // a terminal for the progress bar, or nil for log lines
+	// LogMsg names the per-round log line ("train" by default); ProgressKey
+	// is the record field the progress bar shows ("loss" by default).
+	LogMsg, ProgressKey string
+	Progress            io.Writer // a terminal for the progress bar, or nil for log lines
 	// Events, when set, also receives every metrics record (TensorBoard).
 	Events interface {
 		Scalars(step int, values map[string]float64) error
 	}
 }
 
-// StepsPerEpoch is the number of optimizer steps in one epoch.
+// batchesPerEpoch is the number of batches in one epoch.
+func (c *Config) batchesPerEpoch() int { return (c.TrainSize + c.MicroBatch - 1) / c.MicroBatch }
+
+// StepsPerEpoch is the number of rounds (optimizer steps in steps 1 and 2)
+// in one epoch; a round never spans two epochs.
 func (c *Config) StepsPerEpoch() int {
-	batches := (c.TrainSize + c.MicroBatch - 1) / c.MicroBatch
-	return (batches + c.GradAccum - 1) / c.GradAccum
+	return (c.batchesPerEpoch() + c.GradAccum - 1) / c.GradAccum
 }
 
-// TotalSteps is the number of optimizer steps of the run (the schedule's
-// length). MaxSteps, when set, overrides the epochs (as in transformers'
-// Trainer): the data is cycled as many times as needed.
+// TotalSteps is the number of rounds of the run (in steps 1 and 2 the
+// schedule's length). MaxSteps, when set, overrides the epochs (as in
+// transformers' Trainer): the data is cycled as many times as needed;
+// MaxBatches cuts the run after that many batches.
 func (c *Config) TotalSteps() int {
+	if c.MaxBatches > 0 {
+		bpe := c.batchesPerEpoch()
+		n := c.MaxBatches/bpe*c.StepsPerEpoch() + (c.MaxBatches%bpe+c.GradAccum-1)/c.GradAccum
+		if c.MaxSteps > 0 {
+			n = min(n, c.MaxSteps)
+		}
+		return n
+	}
 	if c.MaxSteps > 0 {
 		return c.MaxSteps
 	}
 	return c.Epochs * c.StepsPerEpoch()
+}
+
+// TotalBatches is the number of batches of the run.
+func (c *Config) TotalBatches() int {
+	rounds, spe, bpe := c.TotalSteps(), c.StepsPerEpoch(), c.batchesPerEpoch()
+	n := rounds/spe*bpe + min(rounds%spe*c.GradAccum, bpe)
+	if c.MaxBatches > 0 {
+		n = min(n, c.MaxBatches)
+	}
+	return n
 }
 
 func (c *Config) validate() error {
@@ -105,29 +176,37 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--per-device-train-batch-size must be > 0, got %d", c.MicroBatch)
 	case c.GradAccum <= 0:
 		return fmt.Errorf("--gradient-accumulation-steps must be > 0, got %d", c.GradAccum)
-	case c.Epochs <= 0 && c.MaxSteps <= 0:
+	case c.Epochs <= 0 && c.MaxSteps <= 0 && c.MaxBatches <= 0:
 		return fmt.Errorf("--num-train-epochs must be > 0, got %d", c.Epochs)
 	case c.MaxSteps < 0:
 		return fmt.Errorf("--max-steps must be >= 0, got %d", c.MaxSteps)
+	case c.MaxBatches < 0:
+		return fmt.Errorf("--max-steps must be >= 0, got %d", c.MaxBatches)
 	}
 	return nil
 }
 
 // Result summarises a finished run.
 type Result struct {
-	Steps       int
+	Steps       int // rounds done
 	FirstLoss   float64
 	LastLoss    float64
 	Eval        map[string]float64
 	Seconds     float64
 	TokensTotal int
+	// BatchSeconds and UpdateSeconds split this process's time between the
+	// two phases (after a resume, only the part it ran).
+	BatchSeconds, UpdateSeconds float64
+	// Last is the last round's metrics record.
+	Last map[string]float64
 }
 
-// NonFiniteError reports a NaN or Inf loss or gradient norm.
+// NonFiniteError reports a NaN or Inf loss or gradient norm, found before
+// any parameter changed.
 type NonFiniteError struct {
-	What       string // "loss" or "gradient norm"
-	Step       int    // optimizer step being computed (1-based)
-	Checkpoint int    // step of the last checkpoint left intact (0: none)
+	What       string // e.g. "loss", "gradient norm", "critic loss"
+	Step       int    // round being computed (1-based)
+	Checkpoint int    // round of the last checkpoint left intact (0: none)
 }
 
 func (e *NonFiniteError) Error() string {
@@ -135,60 +214,124 @@ func (e *NonFiniteError) Error() string {
 	if e.Checkpoint > 0 {
 		ck = fmt.Sprintf("the checkpoint of step %d is intact (--resume continues from it)", e.Checkpoint)
 	}
-	return fmt.Sprintf("non-finite %s at step %d; stopped without writing anything for this step; %s. "+
-		"Try a lower --learning-rate, more --num-warmup-steps, or gradient clipping", e.What, e.Step, ck)
+	return fmt.Sprintf("non-finite %s at step %d; stopped before any weight changed; %s. "+
+		"Try a lower learning rate, more warm-up steps, or gradient clipping", e.What, e.Step, ck)
 }
 
-// Run trains st until the configured epochs or steps are done.
+// Run trains a Stage (steps 1 and 2): each round accumulates GradAccum
+// micro-batches of gradients, then one Optimizer step with the
+// schedule over rounds.
 func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Trainable) (*Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	opt, err := NewOptimizer(dev, tr, OptimizerConfig{AdamW: cfg.AdamW, Schedule: cfg.Schedule, Warmup: cfg.Warmup,
+		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm})
+	if err != nil {
+		return nil, err
+	}
+	return RunRounds(ctx, dev, cfg, &sgdStage{st: st, opt: opt, seed: cfg.Seed})
+}
+
+// sgdStage plugs a Stage into the loop: its micro-batches accumulate
+// gradients and each round ends with an optimizer step.
+type sgdStage struct {
+	st   Stage
+	opt  *Optimizer
+	seed uint64
+}
+
+func (s *sgdStage) Batch(_ context.Context, idx []int, k int) (BatchStats, error) {
+	bs, err := s.st.TrainBatch(idx, microSeed(s.seed, k))
+	if err == nil && (math.IsNaN(bs.Loss) || math.IsInf(bs.Loss, 0)) {
+		err = &NonFiniteError{What: "loss"}
+	}
+	return bs, err
+}
+
+func (s *sgdStage) Update(_ context.Context, r Round) (map[string]float64, error) {
+	u, err := s.opt.Step(r.Step-1, r.Batches)
+	if err != nil {
+		return nil, err
+	}
+	avg := 1 / float64(r.Batches)
+	rec := map[string]float64{"loss": r.Stats.Loss * avg, "lr": u.LR, "grad_norm": u.GradNorm}
+	for k, v := range r.Stats.Extra {
+		rec[k] = v * avg
+	}
+	return rec, nil
+}
+
+func (s *sgdStage) Evaluate() (map[string]float64, error) { return s.st.Evaluate() }
+
+// sgdState is the host state of a step-1/2 checkpoint.
+type sgdState struct {
+	OptSteps int `json:"optimizer_steps"`
+}
+
+func (s *sgdStage) State() (map[string]kernels.Buffer, any) {
+	bufs := map[string]kernels.Buffer{}
+	s.opt.StateBuffers(bufs, "")
+	return bufs, sgdState{OptSteps: s.opt.Steps()}
+}
+
+func (s *sgdStage) Restore(b json.RawMessage) error {
+	var st sgdState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	s.opt.SetSteps(st.OptSteps)
+	return nil
+}
+
+// RunRounds runs a RoundStage until the configured epochs, rounds or
+// batches are done: the one loop of every step. dev holds the buffers
+// of st.State.
+func RunRounds(ctx context.Context, dev kernels.Device, cfg Config, st RoundStage) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.LogEvery <= 0 {
 		cfg.LogEvery = 1
 	}
-	sched, err := optim.NewSchedule(cfg.Schedule, cfg.Warmup, cfg.TotalSteps())
-	if err != nil {
-		return nil, err
+	if cfg.LogMsg == "" {
+		cfg.LogMsg = "train"
 	}
-	opt, err := optim.NewAdamW(dev, tr.Groups, cfg.AdamW)
-	if err != nil {
-		return nil, err
+	if cfg.ProgressKey == "" {
+		cfg.ProgressKey = "loss"
 	}
-	pos := position{}
-	metrics, err := openMetrics(cfg.Dir, cfg.Resume)
-	if err != nil {
-		return nil, err
-	}
-	metrics.events = cfg.Events
-	defer metrics.Close()
+	l := &loop{ctx: ctx, dev: dev, cfg: cfg, st: st, res: &Result{}, start: time.Now()}
 	if cfg.Resume {
-		p, ok, err := loadCheckpoint(dev, cfg, tr, opt)
+		pos, rows, ok, err := loadCheckpoint(dev, cfg, st)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			pos = p
-			if err := metrics.truncate(pos.Step); err != nil {
+			l.pos = pos
+			if l.metrics, err = OpenMetrics(cfg.Dir, rows); err != nil {
 				return nil, err
 			}
 			cfg.Log.Info().Int("step", pos.Step).Int("epoch", pos.Epoch).Msg("resumed from checkpoint")
 		}
 	}
-	for _, g := range tr.Grads {
-		dev.Zero(g)
+	if l.metrics == nil {
+		var err error
+		if l.metrics, err = OpenMetrics(cfg.Dir, 0); err != nil {
+			return nil, err
+		}
 	}
-	l := &loop{ctx: ctx, dev: dev, cfg: cfg, st: st, tr: tr, opt: opt, sched: sched, pos: pos, metrics: metrics,
-		res: &Result{}, start: time.Now(), bar: newProgress(cfg.Progress, cfg.TotalSteps())}
+	l.metrics.events = cfg.Events
+	defer l.metrics.Close()
+	l.bar = newProgress(cfg.Progress, cfg.TotalSteps())
 	return l.run()
 }
 
-// position is where a run is: the next micro-batch to compute.
+// position is where a run is: the next batch to compute.
 type position struct {
-	Step      int `json:"step"`       // optimizer steps done
+	Step      int `json:"step"`       // rounds done
 	Epoch     int `json:"epoch"`      // current epoch (0-based)
-	Batch     int `json:"batch"`      // next micro-batch within the epoch
-	MicroStep int `json:"micro_step"` // micro-batches done in the whole run
+	Batch     int `json:"batch"`      // next batch within the epoch
+	MicroStep int `json:"micro_step"` // batches done in the whole run
 	LastCkpt  int `json:"last_checkpoint"`
 }
 
@@ -196,10 +339,7 @@ type loop struct {
 	ctx     context.Context
 	dev     kernels.Device
 	cfg     Config
-	st      Stage
-	tr      Trainable
-	opt     *optim.AdamW
-	sched   optim.Schedule
+	st      RoundStage
 	pos     position
 	metrics *MetricsLog
 	res     *Result
@@ -212,49 +352,75 @@ func (l *loop) order(e int) []int {
 	return rand.New(rand.NewPCG(l.cfg.Seed, uint64(e)+1)).Perm(l.cfg.TrainSize)
 }
 
+// fail completes a NonFiniteError with the loop's position.
+func (l *loop) fail(err error) error {
+	var nf *NonFiniteError
+	if errors.As(err, &nf) {
+		nf.Step, nf.Checkpoint = l.pos.Step+1, l.pos.LastCkpt
+	}
+	return err
+}
+
 func (l *loop) run() (*Result, error) {
 	cfg := l.cfg
-	total := cfg.TotalSteps()
-	batches := (cfg.TrainSize + cfg.MicroBatch - 1) / cfg.MicroBatch
-	var acc stepAcc
-	stepStart := time.Now()
-	for l.pos.Step < total {
+	total, totalBatches := cfg.TotalSteps(), cfg.TotalBatches()
+	batches := cfg.batchesPerEpoch()
+	for l.pos.Step < total && l.pos.MicroStep < totalBatches {
 		if l.pos.Batch >= batches {
 			l.pos.Epoch++
 			l.pos.Batch = 0
 		}
 		perm := l.order(l.pos.Epoch)
-		// One optimizer step: up to GradAccum micro-batches, never across an epoch end.
-		for k := 0; k < cfg.GradAccum && l.pos.Batch < batches; k++ {
+		roundStart := time.Now()
+		// One round: up to GradAccum batches, never across an epoch end.
+		r := Round{Step: l.pos.Step + 1, Epoch: l.pos.Epoch}
+		for k := 0; k < cfg.GradAccum && l.pos.Batch < batches && l.pos.MicroStep < totalBatches; k++ {
 			if err := l.ctx.Err(); err != nil {
 				return nil, err
 			}
 			lo := l.pos.Batch * cfg.MicroBatch
 			idx := perm[lo:min(lo+cfg.MicroBatch, cfg.TrainSize)]
-			bs, err := l.st.TrainBatch(idx, microSeed(cfg.Seed, l.pos.MicroStep))
+			bs, err := l.st.Batch(l.ctx, idx, l.pos.MicroStep)
 			if err != nil {
-				return nil, fmt.Errorf("step %d, micro-batch %d of epoch %d: %w", l.pos.Step+1, l.pos.Batch, l.pos.Epoch, err)
+				return nil, l.fail(fmt.Errorf("step %d, batch %d of epoch %d: %w", l.pos.Step+1, l.pos.Batch, l.pos.Epoch, err))
 			}
-			if math.IsNaN(bs.Loss) || math.IsInf(bs.Loss, 0) {
-				return nil, &NonFiniteError{What: "loss", Step: l.pos.Step + 1, Checkpoint: l.pos.LastCkpt}
+			r.Batches++
+			r.Stats.Loss += bs.Loss
+			r.Stats.Tokens += bs.Tokens
+			for k, v := range bs.Extra {
+				if r.Stats.Extra == nil {
+					r.Stats.Extra = map[string]float64{}
+				}
+				r.Stats.Extra[k] += v
 			}
-			acc.add(bs)
 			l.pos.Batch++
 			l.pos.MicroStep++
 		}
-		if err := l.step(&acc, stepStart); err != nil {
+		batchEnd := time.Now()
+		l.res.BatchSeconds += batchEnd.Sub(roundStart).Seconds()
+		r.Last = l.pos.Step+1 == total || l.pos.MicroStep == totalBatches
+		if err := l.ctx.Err(); err != nil {
 			return nil, err
 		}
-		stepStart = time.Now()
-		acc = stepAcc{}
+		rec, err := l.st.Update(l.ctx, r)
+		if err != nil {
+			return nil, l.fail(fmt.Errorf("step %d: %w", l.pos.Step+1, err))
+		}
+		l.res.UpdateSeconds += time.Since(batchEnd).Seconds()
+		l.pos.Step++
+		if err := l.log(r, rec, time.Since(roundStart)); err != nil {
+			return nil, err
+		}
 		endOfEpoch := l.pos.Batch >= batches
-		last := l.pos.Step == total
-		if cfg.EvalEvery > 0 && l.pos.Step%cfg.EvalEvery == 0 && !last {
+		if r.Last {
+			break
+		}
+		if cfg.EvalEvery > 0 && l.pos.Step%cfg.EvalEvery == 0 {
 			if err := l.evaluate(false); err != nil {
 				return nil, err
 			}
 		}
-		if !last && ((cfg.SaveEvery > 0 && l.pos.Step%cfg.SaveEvery == 0) || (cfg.SaveEvery == 0 && endOfEpoch)) {
+		if (cfg.SaveEvery > 0 && l.pos.Step-l.pos.LastCkpt >= cfg.SaveEvery) || (cfg.SaveEvery == 0 && endOfEpoch) {
 			if err := l.checkpoint(); err != nil {
 				return nil, err
 			}
@@ -272,84 +438,55 @@ func (l *loop) run() (*Result, error) {
 	return l.res, nil
 }
 
-// stepAcc accumulates the micro-batches of one optimizer step.
-type stepAcc struct {
-	n      int
-	loss   float64
-	tokens int
-	extra  map[string]float64
-}
-
-func (a *stepAcc) add(bs BatchStats) {
-	a.n++
-	a.loss += bs.Loss
-	a.tokens += bs.Tokens
-	for k, v := range bs.Extra {
-		if a.extra == nil {
-			a.extra = map[string]float64{}
-		}
-		a.extra[k] += v
-	}
-}
-
-// step clips, updates the parameters and logs one optimizer step.
-func (l *loop) step(acc *stepAcc, start time.Time) error {
+// log records one round: the result, the metrics log, the progress bar or
+// a log line.
+func (l *loop) log(r Round, rec map[string]float64, elapsed time.Duration) error {
 	cfg := l.cfg
-	// The gradients hold the sum of acc.n micro-batch mean-loss gradients;
-	// the step uses their mean.
-	avg := 1 / float64(acc.n)
-	norm := optim.GradNorm(l.dev, l.tr.Grads...) * avg
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return &NonFiniteError{What: "gradient norm", Step: l.pos.Step + 1, Checkpoint: l.pos.LastCkpt}
+	if rec == nil {
+		rec = map[string]float64{}
 	}
-	lrScale := l.sched(l.pos.Step)
-	l.opt.Step(lrScale, float32(avg*optim.ClipScale(norm, cfg.ClipNorm)))
-	for _, g := range l.tr.Grads {
-		l.dev.Zero(g)
+	if r.Stats.Tokens > 0 {
+		rec["tokens_per_sec"] = float64(r.Stats.Tokens) / elapsed.Seconds()
 	}
-	l.pos.Step++
-	elapsed := time.Since(start) // the whole step: micro-batches and update
-	loss := acc.loss * avg
-	if l.pos.Step == 1 {
-		l.res.FirstLoss = loss
-	}
-	l.res.LastLoss = loss
-	l.res.TokensTotal += acc.tokens
-	tps := float64(acc.tokens) / elapsed.Seconds()
-	rec := map[string]any{"step": l.pos.Step, "epoch": l.pos.Epoch, "loss": loss, "lr": l.groupLR(lrScale),
-		"grad_norm": norm, "tokens_per_sec": tps}
-	for k, v := range acc.extra {
-		rec[k] = v * avg
-	}
-	l.bar.update(l.pos.Step, loss, tps)
-	if l.pos.Step%cfg.LogEvery == 0 || l.pos.Step == cfg.TotalSteps() {
-		if err := l.metrics.Write(rec); err != nil {
-			return err
+	if loss, ok := rec["loss"]; ok {
+		if l.pos.Step == 1 {
+			l.res.FirstLoss = loss
 		}
-		if l.cfg.Progress == nil {
-			ev := cfg.Log.Info().Int("step", l.pos.Step).Int("of", cfg.TotalSteps()).Float64("loss", loss).
-				Float64("lr", l.groupLR(lrScale)).Float64("grad_norm", norm).Float64("tokens_per_sec", tps)
-			for k, v := range acc.extra {
-				ev = ev.Float64(k, v*avg)
-			}
-			ev.Msg("train")
+		l.res.LastLoss = loss
+	}
+	l.res.TokensTotal += r.Stats.Tokens
+	l.res.Last = rec
+	l.bar.update(l.pos.Step, cfg.ProgressKey, rec[cfg.ProgressKey], rec["tokens_per_sec"])
+	if l.pos.Step%cfg.LogEvery != 0 && !r.Last {
+		return nil
+	}
+	out := map[string]any{"step": l.pos.Step, "epoch": l.pos.Epoch}
+	keys := make([]string, 0, len(rec))
+	for k, v := range rec {
+		out[k] = v
+		keys = append(keys, k)
+	}
+	if err := l.metrics.Write(out); err != nil {
+		return err
+	}
+	if cfg.Progress == nil {
+		sort.Strings(keys)
+		ev := cfg.Log.Info().Int("step", l.pos.Step).Int("of", cfg.TotalSteps())
+		for _, k := range keys {
+			ev = ev.Float64(k, rec[k])
 		}
+		ev.Msg(cfg.LogMsg)
 	}
 	return nil
-}
-
-// groupLR is the learning rate of the first group at the schedule value s.
-func (l *loop) groupLR(s float64) float64 {
-	if len(l.tr.Groups) == 0 {
-		return 0
-	}
-	return l.tr.Groups[0].LR * s
 }
 
 func (l *loop) evaluate(final bool) error {
 	m, err := l.st.Evaluate()
 	if err != nil {
 		return fmt.Errorf("evaluate at step %d: %w", l.pos.Step, err)
+	}
+	if m == nil {
+		return nil
 	}
 	if final {
 		l.res.Eval = m

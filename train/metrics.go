@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -24,9 +23,10 @@ type MetricsLog struct {
 	}
 }
 
-// openMetrics opens Dir/metrics.jsonl: appending on resume (after
-// truncate), from scratch otherwise. An empty dir disables metrics.
-func openMetrics(dir string, resume bool) (*MetricsLog, error) {
+// OpenMetrics opens dir/metrics.jsonl keeping its first keep records (a
+// resumed run appends after the records its checkpoint covers; keep 0
+// starts a fresh log). An empty dir disables metrics.
+func OpenMetrics(dir string, keep int) (*MetricsLog, error) {
 	if dir == "" {
 		return &MetricsLog{}, nil
 	}
@@ -34,49 +34,41 @@ func openMetrics(dir string, resume bool) (*MetricsLog, error) {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
 	path := filepath.Join(dir, MetricsFile)
-	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-	if resume {
-		flags = os.O_CREATE | os.O_RDWR
-	}
-	f, err := os.OpenFile(path, flags, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open metrics: %w", err)
 	}
-	return &MetricsLog{path: path, f: f}, nil
+	m := &MetricsLog{path: path, f: f}
+	if err := m.truncate(keep); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
-// truncate keeps the records of steps up to step (those written after the
+// truncate keeps the first keep records (those written after the
 // checkpoint being resumed are dropped) and positions for appending.
-func (m *MetricsLog) truncate(step int) error {
-	if m.f == nil {
-		return nil
-	}
+func (m *MetricsLog) truncate(keep int) error {
 	b, err := os.ReadFile(m.path)
 	if err != nil {
 		return fmt.Errorf("read metrics: %w", err)
 	}
-	var keep bytes.Buffer
-	rows := 0
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() {
-		var rec struct {
-			Step int `json:"step"`
-		}
-		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Step > step {
+	n, rows := 0, 0
+	for rows < keep {
+		i := bytes.IndexByte(b[n:], '\n')
+		if i < 0 {
 			break
 		}
-		keep.Write(sc.Bytes())
-		keep.WriteByte('\n')
+		n += i + 1
 		rows++
 	}
-	if err := m.f.Truncate(0); err != nil {
+	if rows < keep {
+		return fmt.Errorf("metrics %s has %d complete records, the checkpoint covers %d; the file was changed since", m.path, rows, keep)
+	}
+	if err := m.f.Truncate(int64(n)); err != nil {
 		return fmt.Errorf("rewrite metrics: %w", err)
 	}
-	if _, err := m.f.WriteAt(keep.Bytes(), 0); err != nil {
-		return fmt.Errorf("rewrite metrics: %w", err)
-	}
-	if _, err := m.f.Seek(int64(keep.Len()), 0); err != nil {
+	if _, err := m.f.Seek(int64(n), 0); err != nil {
 		return fmt.Errorf("rewrite metrics: %w", err)
 	}
 	m.rows = rows
@@ -152,21 +144,6 @@ func ReadMetrics(path string) ([]map[string]float64, error) {
 		out = append(out, rec)
 	}
 	return out, nil
-}
-
-// OpenMetrics opens dir/metrics.jsonl for a run that logs outside the
-// loop (step 3): records of steps up to keep are kept (a resumed run
-// appends after its checkpoint's step; keep 0 starts a fresh log).
-func OpenMetrics(dir string, keep int) (*MetricsLog, error) {
-	m, err := openMetrics(dir, true)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.truncate(keep); err != nil {
-		m.Close()
-		return nil, err
-	}
-	return m, nil
 }
 
 // Sync flushes the log to disk (before a checkpoint records its length).

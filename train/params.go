@@ -23,54 +23,59 @@ type ParamOptions struct {
 // ModelTrainable builds the optimizer groups, gradient list and checkpoint
 // state of a model (and its LoRA adapters): DeepSpeed-Chat's
 // get_optimizer_grouped_parameters, with weight decay off for biases and
-// LayerNorm weights and the adapters at their own learning rate. It
-// allocates the model's gradients and sets FreezeBase for OnlyLoRA.
+// LayerNorm weights and the adapters at their own learning rate. It sets
+// FreezeBase for OnlyLoRA and allocates the model's gradients: with a frozen
+// base only the value head's, and then the model's groups and gradients are
+// the value head's alone (next to the adapters').
 func ModelTrainable(m *model.Model, o ParamOptions) Trainable {
-	m.AllocGrads()
 	m.FreezeBase = o.OnlyLoRA && o.LoRA != nil
+	m.AllocGrads()
 	decay := optim.Group{Name: "decay", LR: o.LR, WeightDecay: o.WeightDecay}
 	noDecay := optim.Group{Name: "no_decay", LR: o.LR}
-	// Consecutive parameters of the same group form one segment.
-	var cur *optim.Group
-	start, end := 0, 0
-	flush := func() {
-		if cur != nil && end > start {
-			cur.Segments = append(cur.Segments, optim.Segment{
-				Name: cur.Name, Params: m.Params.Flat.Slice(start, end-start), Grads: m.Grads.Flat.Slice(start, end-start)})
-		}
-	}
-	for _, name := range m.ParamNames() {
-		off, shape, _ := m.ParamRange(name)
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		if m.FreezeBase && name != "v_head.weight" {
-			continue
-		}
-		g := &decay
-		if optim.NoDecay(name) {
-			g = &noDecay
-		}
-		if g != cur || off != end {
-			flush()
-			cur, start = g, off
-		}
-		end = off + n
-	}
-	flush()
 	tr := Trainable{State: map[string]kernels.Buffer{"model": m.Params.Flat}}
+	if m.FreezeBase {
+		// Grads.Flat may be nil (AllocGrads allocated only v_head's).
+		if m.Grads.VHead != nil {
+			g := &decay
+			if optim.NoDecay("v_head.weight") {
+				g = &noDecay
+			}
+			g.Segments = append(g.Segments, optim.Segment{Name: g.Name, Params: m.Params.VHead, Grads: m.Grads.VHead})
+			tr.Grads = append(tr.Grads, m.Grads.VHead)
+		}
+	} else {
+		// Consecutive parameters of the same group form one segment.
+		var cur *optim.Group
+		start, end := 0, 0
+		flush := func() {
+			if cur != nil && end > start {
+				cur.Segments = append(cur.Segments, optim.Segment{
+					Name: cur.Name, Params: m.Params.Flat.Slice(start, end-start), Grads: m.Grads.Flat.Slice(start, end-start)})
+			}
+		}
+		for _, name := range m.ParamNames() {
+			off, shape, _ := m.ParamRange(name)
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			g := &decay
+			if optim.NoDecay(name) {
+				g = &noDecay
+			}
+			if g != cur || off != end {
+				flush()
+				cur, start = g, off
+			}
+			end = off + n
+		}
+		flush()
+		tr.Grads = append(tr.Grads, m.Grads.Flat)
+	}
 	for _, g := range []optim.Group{decay, noDecay} {
 		if len(g.Segments) > 0 {
 			tr.Groups = append(tr.Groups, g)
 		}
-	}
-	if m.FreezeBase {
-		if m.Grads.VHead != nil {
-			tr.Grads = append(tr.Grads, m.Grads.VHead)
-		}
-	} else {
-		tr.Grads = append(tr.Grads, m.Grads.Flat)
 	}
 	if o.LoRA != nil {
 		tr.Groups = append(tr.Groups, optim.Group{Name: "lora", LR: o.LoRALR, WeightDecay: o.WeightDecay,

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// progress draws a one-line progress bar on a terminal: steps, a bar, loss,
+// progress draws a one-line progress bar on a terminal: steps, a bar, a metric,
 // tokens/s and the estimated time left. With a nil writer it does nothing
 // (log lines are written instead).
 type progress struct {
@@ -22,7 +22,7 @@ func newProgress(w io.Writer, total int) *progress {
 	return &progress{w: w, total: total, start: time.Now(), first: -1}
 }
 
-func (p *progress) update(step int, loss, tps float64) {
+func (p *progress) update(step int, key string, value, tps float64) {
 	if p.w == nil {
 		return
 	}
@@ -37,8 +37,12 @@ func (p *progress) update(step int, loss, tps float64) {
 		per := time.Since(p.start) / time.Duration(done)
 		eta = (per * time.Duration(p.total-step)).Round(time.Second).String()
 	}
-	fmt.Fprintf(p.w, "\r%d/%d [%s%s] loss %.4f  %.0f tok/s  ETA %s \x1b[K", step, p.total,
-		strings.Repeat("=", n), strings.Repeat(" ", width-n), loss, tps, eta)
+	rate := ""
+	if tps > 0 {
+		rate = fmt.Sprintf("  %.0f tok/s", tps)
+	}
+	fmt.Fprintf(p.w, "\r%d/%d [%s%s] %s %.4f%s  ETA %s \x1b[K", step, p.total,
+		strings.Repeat("=", n), strings.Repeat(" ", width-n), key, value, rate, eta)
 	p.shown = true
 }
 

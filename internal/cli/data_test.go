@@ -17,10 +17,16 @@ var (
 	dataOPTTokenDir = filepath.Join("..", "..", "..", "shared", "data", "opt-tokenizer")
 )
 
+// needShared skips the test when one of dirs (under ../shared) is absent, or
+// fails it when the environment variable CI is set: CI checks out ../shared
+// beside the repository, so there a missing directory is a broken checkout.
 func needShared(t *testing.T, dirs ...string) {
 	t.Helper()
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("shared test data absent under CI: %v", err)
+			}
 			t.Skipf("shared test data absent (%v); CI checks out ../shared beside the repository", err)
 		}
 	}

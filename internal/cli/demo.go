@@ -12,44 +12,62 @@ import (
 	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/ppo"
 	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/train"
 )
 
-// prepareDemo writes the demo's data, tokenizer and from-scratch models into
-// OUTPUT/demo and returns the task and the base model directory.
-func prepareDemo(g *Globals, out string, seed uint64) (*demo.Task, string, error) {
-	dir := filepath.Join(out, "demo")
+// demoGenerator is the demo recipe's generator: the synthetic task of
+// package demo, a byte-level tokenizer and a randomly initialised model.
+type demoGenerator struct {
+	task *demo.Task
+}
+
+// Prepare writes the demo's data, tokenizer and from-scratch model into
+// dir (data/ and base/).
+func (d *demoGenerator) Prepare(g *Globals, dir string, seed uint64) error {
 	opts := demo.DefaultOptions
 	opts.Seed = seed
 	task, err := demo.Make(opts)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	if err := task.Write(filepath.Join(dir, "data")); err != nil {
-		return nil, "", err
+		return err
 	}
 	base := filepath.Join(dir, "base")
 	if err := demo.WriteTokenizer(base); err != nil {
-		return nil, "", err
+		return err
 	}
 	cfg, err := model.ParseConfig([]byte(demo.ModelConfig))
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	dev, err := newCPU(g)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	m, err := model.New(dev, cfg, model.Options{})
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	m.InitRandom(seed, 0.02)
 	if err := m.Save(base, model.SaveOptions{}); err != nil {
-		return nil, "", err
+		return err
 	}
-	return task, base, nil
+	d.task = task
+	return nil
+}
+
+// Check grades an answer with the task's exact checker.
+func (d *demoGenerator) Check(prompt, answer string) (right, ok bool) {
+	q, ok := demo.ParsePrompt(prompt)
+	return ok && q.Correct(answer), ok
+}
+
+// Report writes report.json and report.html.
+func (d *demoGenerator) Report(g *Globals, out string, seconds map[int]float64) error {
+	return demoReport(g, out, d.task, seconds)
 }
 
 // demoEval scores held-out questions: greedy answers of a model, graded by
@@ -87,12 +105,19 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 		if n := len(ans); n > 0 && int(ans[n-1]) == m.Config.EOSTokenID {
 			ans = ans[:n-1]
 		}
-		text, _ := tok.t.Decode(ans, true)
+		text, err := tok.t.Decode(ans, true)
+		if err != nil {
+			return 0, 0, fmt.Errorf("demo eval: %w", err)
+		}
 		if task.EvalQuestions[i].Correct(text) {
 			right++
 		}
-		// Scored as the reward model was trained: answer (no EOS) + end text.
-		seq := append(append(append([]int32{}, prompts[i]...), ans...), tok.t.Encode(data.DefaultEndText, false)...)
+		// Scored as step 3 scores answers and step 2 trained the reward
+		// model: prompt + answer (no EOS) + end text, tokenized as one text.
+		seq, err := reward.SequenceFromIDs(tok.t, prompts[i], gen.Tokens, int32(m.Config.EOSTokenID), data.DefaultEndText)
+		if err != nil {
+			return 0, 0, fmt.Errorf("demo eval: %w", err)
+		}
 		seqs = append(seqs, seq)
 	}
 	scores, err := reward.Score(rm, seqs, 0)
@@ -129,8 +154,8 @@ func demoReport(g *Globals, out string, task *demo.Task, seconds map[int]float64
 		return 0
 	}
 	sftR, rwR, ppoR := read(filepath.Join(out, "actor")), read(filepath.Join(out, "reward")), read(filepath.Join(out, "ppo"))
-	var tm ppoTiming
-	if b, err := os.ReadFile(filepath.Join(out, "ppo", timingFile)); err == nil {
+	var tm ppo.Timing
+	if b, err := os.ReadFile(filepath.Join(out, "ppo", ppo.TimingFile)); err == nil {
 		_ = json.Unmarshal(b, &tm)
 	}
 	gen, trn := tm.GenerationSeconds, tm.TrainingSeconds

@@ -2,11 +2,7 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,8 +14,8 @@ import (
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/lora"
 	"github.com/gochat-ai/gochat/model"
-	"github.com/gochat-ai/gochat/optim"
 	"github.com/gochat-ai/gochat/ppo"
+	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/tokenizer"
 	"github.com/gochat-ai/gochat/train"
 )
@@ -54,8 +50,10 @@ type PPOOptions struct {
 	CriticLoRALR      float64
 	ActorCkpt         bool
 	CriticCkpt        bool
-	NoActorDropout    bool
-	NoCriticDropout   bool
+	ActorDropout      bool
+	CriticDropout     bool
+	NoActorDropout    bool `json:"-"`
+	NoCriticDropout   bool `json:"-"`
 	MaxGradNorm       float64
 	EnableEMA         bool
 	KeepCache         bool `json:"-"`
@@ -87,7 +85,9 @@ prompts through the hybrid engine; the frozen reference (a copy of the actor),
 the critic (from step 2, trained) and the frozen reward model (--reward, default
 the critic's starting point) score them; then PPO updates the actor and the
 critic (KL-penalised rewards, GAE, clipped losses), optionally with an actor
-EMA, and with --unsupervised-dataset a mixture step on the LM loss. The output
+EMA, and with --unsupervised-dataset a mixture step on the LM loss. Dropout is
+off in the training passes unless --actor-dropout / --critic-dropout (the old
+log-probs come from dropout-free passes; TRL and OpenRLHF do the same). The output
 directory receives actor/, critic/ (and actor_ema/) as Hugging Face
 directories, metrics.jsonl, training curves and timing.json; during the run a
 checkpoint/ (every --save-interval generation batches, else each epoch) lets
@@ -111,6 +111,10 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageErrorf("--save-interval must be >= 0")
 			case o.Resume && o.Overwrite:
 				return usageErrorf("--resume and --overwrite exclude each other")
+			case o.ActorDropout && o.NoActorDropout:
+				return usageErrorf("--actor-dropout and --disable-actor-dropout exclude each other")
+			case o.CriticDropout && o.NoCriticDropout:
+				return usageErrorf("--critic-dropout and --disable-critic-dropout exclude each other")
 			}
 			f := cmd.Flags()
 			o.Sample.Greedy = f.Changed("greedy")
@@ -168,8 +172,10 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	f.Float64Var(&o.CriticLoRALR, "critic-lora-learning-rate", 5e-4, "critic LoRA learning rate")
 	f.BoolVar(&o.ActorCkpt, "actor-gradient-checkpointing", false, "recompute the actor's layers in the backward pass")
 	f.BoolVar(&o.CriticCkpt, "critic-gradient-checkpointing", false, "recompute the critic's layers in the backward pass")
-	f.BoolVar(&o.NoActorDropout, "disable-actor-dropout", false, "no dropout in the actor")
-	f.BoolVar(&o.NoCriticDropout, "disable-critic-dropout", false, "no dropout in the critic")
+	f.BoolVar(&o.ActorDropout, "actor-dropout", false, "train the actor with its configured dropout (default off, as in TRL and OpenRLHF)")
+	f.BoolVar(&o.CriticDropout, "critic-dropout", false, "train the critic with its configured dropout (default off)")
+	f.BoolVar(&o.NoActorDropout, "disable-actor-dropout", false, "no dropout in the actor (DeepSpeed-Chat's flag; the default here)")
+	f.BoolVar(&o.NoCriticDropout, "disable-critic-dropout", false, "no dropout in the critic (DeepSpeed-Chat's flag; the default here)")
 	f.Float64Var(&o.MaxGradNorm, "max-grad-norm", 1.0, "global gradient-norm clipping (0: off)")
 	f.BoolVar(&o.EnableEMA, "enable-ema", false, "keep an exponential moving average of the actor (saved as actor_ema/)")
 	f.BoolVar(&o.KeepCache, "keep-inference-cache", false, "keep the inference workspace and KV cache between generations")
@@ -200,18 +206,12 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	return cmd
 }
 
-// ppoCheckpoint is the record of a step-3 checkpoint (state.json).
-type ppoCheckpoint struct {
-	Fingerprint string           `json:"fingerprint"`
-	Batches     int              `json:"generation_batches_done"`
-	Steps       int              `json:"ppo_steps_done"`
-	Trainer     ppo.TrainerState `json:"trainer"`
-}
-
 // fingerprint identifies a step-3 run by the settings that change its
 // result.
 func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 
+// runPPO loads step 3's models and data, runs ppo.Run and saves the
+// models.
 func runPPO(ctx context.Context, o *PPOOptions) error {
 	log := o.g.Log
 	if _, err := os.Stat(filepath.Join(o.OutputDir, runFile)); err != nil && !o.Overwrite {
@@ -230,7 +230,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		return err
 	}
 	load := func(dir, vh string) (*model.Model, error) {
-		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh})
+		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed})
 	}
 	actor, err := load(o.Actor, "no")
 	if err != nil {
@@ -248,10 +248,6 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.MaxPromptLen+o.MaxAnswerLen > actor.Config.MaxPositions {
-		return usageErrorf("--max-prompt-seq-len + --max-answer-seq-len = %d exceeds the actor's max_position_embeddings %d",
-			o.MaxPromptLen+o.MaxAnswerLen, actor.Config.MaxPositions)
-	}
 	var actorLoRA, criticLoRA *lora.LoRA
 	if o.ActorLoRADim > 0 {
 		if actorLoRA, err = lora.New(actor, lora.Config{Dim: o.ActorLoRADim, ModuleName: o.LoRAModule}, o.Seed); err != nil {
@@ -264,14 +260,6 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		}
 		critic.SetAdapter(criticLoRA)
 	}
-	prompts, tok, err := o.loadPrompts(actor)
-	if err != nil {
-		return err
-	}
-	unsup, err := o.loadUnsupervised()
-	if err != nil {
-		return err
-	}
 	sample := o.Sample
 	sample.Seed = o.Seed
 	eng, err := hybridengine.New(actor, actorLoRA, hybridengine.Options{MaxAnswerLen: o.MaxAnswerLen, Sample: sample,
@@ -279,166 +267,42 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err != nil {
 		return err
 	}
-	batchesPerEpoch := (len(prompts.Examples) + o.GenBatch - 1) / o.GenBatch
-	total := o.Epochs * batchesPerEpoch
-	if o.MaxSteps > 0 {
-		total = o.MaxSteps
-	}
-	trainSteps := total * o.PPOEpochs * ((o.GenBatch + o.TrainBatch - 1) / o.TrainBatch)
-	actorSched, err := optim.NewSchedule(o.Scheduler, o.Warmup, trainSteps)
+	models := ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm}
+	tok, err := tokenizer.Load(o.Tokenizer)
 	if err != nil {
+		return err
+	}
+	endLen := 0
+	if o.EndText != "" {
+		endLen = len(tok.Encode(o.EndText, false))
+	}
+	if err := ppo.CheckLengths(models, o.MaxPromptLen, o.MaxAnswerLen, endLen); err != nil {
 		return usageError{err}
 	}
-	criticSched, _ := optim.NewSchedule(o.Scheduler, o.Warmup, trainSteps)
-	tr, err := ppo.NewTrainer(o.Config, ppo.Options{ActorWeightDecay: o.ActorWD, CriticWeightDecay: o.CriticWD,
+	eos := int32(actor.Config.EOSTokenID)
+	d, err := o.loadData(actor, tok, eos)
+	if err != nil {
+		return err
+	}
+	rc := ppo.RunConfig{Config: o.Config, Options: ppo.Options{ActorWeightDecay: o.ActorWD, CriticWeightDecay: o.CriticWD,
 		ActorLoRALR: o.ActorLoRALR, CriticLoRALR: o.CriticLoRALR, OnlyOptimizeLoRA: o.OnlyLoRA,
-		ActorSchedule: actorSched, CriticSchedule: criticSched, MaxGradNorm: o.MaxGradNorm,
-		ActorDropout: !o.NoActorDropout, CriticDropout: !o.NoCriticDropout, CriticCheckpointing: o.CriticCkpt,
-		EnableEMA: o.EnableEMA, Seed: o.Seed, RewardSuffix: rewardSuffix(tok, o.EndText)},
-		ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm})
+		Schedule: o.Scheduler, Warmup: o.Warmup, MaxGradNorm: o.MaxGradNorm,
+		ActorDropout: o.ActorDropout, CriticDropout: o.CriticDropout, CriticCheckpointing: o.CriticCkpt,
+		EnableEMA: o.EnableEMA, Seed: o.Seed,
+		RewardSequence: rewardSequence(tok, eos, o.EndText)},
+		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, Epochs: o.Epochs, MaxSteps: o.MaxSteps,
+		SaveEvery: o.SaveInterval, Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume,
+		PrintAnswers: o.PrintAnswers, Log: log}
+	if o.g.LogFmt != "json" && isTerminal(o.g.Err) {
+		rc.Progress = o.g.Err
+	}
+	log.Info().Int("actor_params", actor.NumParams()).Str("device", dev.Name()).Bool("actor_dropout", o.ActorDropout).
+		Bool("critic_dropout", o.CriticDropout).Msg("step 3")
+	res, err := ppo.Run(ctx, dev, rc, models, d)
 	if err != nil {
 		return err
 	}
-	// Resume: the checkpoint restores the trained state; the prompt order,
-	// sampling and dropout are functions of the seed and the position, so
-	// the run continues exactly as the interrupted one would have.
-	startBatch, step := 0, 0
-	if o.Resume && train.HasCheckpoint(o.OutputDir) {
-		var ck ppoCheckpoint
-		if err := train.ReadRecord(o.OutputDir, &ck); err != nil {
-			return err
-		}
-		if ck.Fingerprint != o.fingerprint() {
-			return usageErrorf("checkpoint in %s belongs to a different run; pass --overwrite to start afresh", o.OutputDir)
-		}
-		if err := train.LoadState(dev, o.OutputDir, tr.StateBuffers()); err != nil {
-			return err
-		}
-		tr.Restore(ck.Trainer)
-		startBatch, step = ck.Batches, ck.Steps
-		log.Info().Int("generation_batch", startBatch).Int("step", step).Msg("resumed from checkpoint")
-	}
-	metricsPath := filepath.Join(o.OutputDir, train.MetricsFile)
-	mf, err := train.OpenMetrics(o.OutputDir, step)
-	if err != nil {
-		return err
-	}
-	defer mf.Close()
-	col := data.Collator{T: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID)}
-	log.Info().Int("prompts", len(prompts.Examples)).Int("generation_batches", total).Int("actor_params", actor.NumParams()).
-		Str("device", dev.Name()).Msg("step 3")
-	start := time.Now()
-	var tm ppoTiming
-	var pending []*ppo.Batch
-	checkpoint := func(done int) error {
-		ck := ppoCheckpoint{Fingerprint: o.fingerprint(), Batches: done, Steps: step, Trainer: tr.State()}
-		if err := mf.Sync(); err != nil {
-			return fmt.Errorf("write metrics: %w", err)
-		}
-		if err := train.SaveState(dev, o.OutputDir, tr.StateBuffers(), ck); err != nil {
-			return err
-		}
-		log.Debug().Int("generation_batch", done).Int("step", step).Msg("checkpoint")
-		return nil
-	}
-	interval, lastCkpt := o.SaveInterval, startBatch
-	if interval == 0 {
-		interval = batchesPerEpoch
-	}
-	for gb := startBatch; gb < total; gb++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		epoch, k := gb/batchesPerEpoch, gb%batchesPerEpoch
-		perm := rand.New(rand.NewPCG(o.Seed, uint64(epoch)+1)).Perm(len(prompts.Examples))
-		idx := perm[k*o.GenBatch : min((k+1)*o.GenBatch, len(perm))]
-		exs := make([]data.Example, len(idx))
-		rows := make([]uint64, len(idx))
-		for i, j := range idx {
-			exs[i], rows[i] = prompts.Examples[j], uint64(gb*o.GenBatch+i)
-		}
-		pb, err := col.Prompts(exs)
-		if err != nil {
-			return err
-		}
-		bt, err := tr.GenerateExperience(hybridengine.Prompts{B: pb.B, T: pb.T, IDs: pb.IDs, Mask: pb.Mask, Rows: rows})
-		if errors.Is(err, ppo.ErrNoAnswers) {
-			log.Warn().Int("batch", gb).Msg("every answer had at most one token; batch skipped")
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if o.PrintAnswers && tok != nil && bt.Rollout != nil {
-			for i, r := range bt.Kept[:min(len(bt.Kept), 4)] {
-				p, _ := tok.Decode(exs[r].IDs, true)
-				a, _ := tok.Decode(bt.Rollout.Answer(r), true)
-				log.Info().Str("prompt", p).Str("answer", a).Float32("score", bt.RawScores[i]).Msg("sample")
-			}
-		}
-		tm.GenerationSeconds += bt.Gen.GenerateSeconds
-		tm.ExperienceSeconds += bt.Gen.ForwardSeconds
-		tm.GeneratedTokens += bt.Gen.Tokens
-		accuracy := math.NaN()
-		if o.check != nil && tok != nil {
-			accuracy = o.answerAccuracy(tok, exs, bt)
-		}
-		pending = append(pending, bt)
-		if len(pending) < o.GenerationBatches && gb < total-1 {
-			continue
-		}
-		for range o.PPOEpochs {
-			for _, b := range pending {
-				n := len(b.Kept)
-				for lo := 0; lo < n; lo += o.TrainBatch {
-					var ub *ppo.UnsupBatch
-					if unsup != nil {
-						if ub, err = unsup.batch(step, o.TrainBatch); err != nil {
-							return err
-						}
-					}
-					st, err := tr.TrainStep(b.Slice(lo, min(lo+o.TrainBatch, n)), ub)
-					if err != nil {
-						return fmt.Errorf("PPO step %d: %w", step+1, err)
-					}
-					step++
-					tm.TrainingSeconds += st.TrainSeconds
-					tm.TrainingTokens += st.TrainSeconds * st.TrainTokensPerSecond
-					if err := checkFinite(st, step); err != nil {
-						return err
-					}
-					rec := map[string]any{"step": step, "epoch": epoch, "actor_loss": st.ActorLoss, "critic_loss": st.CriticLoss,
-						"reward_score": st.RewardScore, "reward_score_ema": st.RewardScoreEMA, "kl": st.KL, "answer_len": st.AnswerLen,
-						"actor_clipfrac": st.ActorClipFrac, "critic_clipfrac": st.CriticClipFrac,
-						"generation_seconds": st.GenerateSeconds, "generation_tokens_per_sec": st.GenerateTokensPerSecond,
-						"training_seconds": st.TrainSeconds, "training_tokens_per_sec": st.TrainTokensPerSecond}
-					ev := log.Info().Int("step", step).Float64("reward", st.RewardScore).Float64("kl", st.KL).
-						Float64("actor_loss", st.ActorLoss).Float64("critic_loss", st.CriticLoss).Float64("answer_len", st.AnswerLen)
-					if !math.IsNaN(accuracy) {
-						rec["answer_accuracy"] = accuracy
-					}
-					if ub != nil {
-						rec["unsup_loss"] = st.UnsupLoss
-						ev = ev.Float64("unsup_loss", st.UnsupLoss)
-					}
-					if err := mf.Write(rec); err != nil {
-						return err
-					}
-					ev.Msg("ppo")
-				}
-			}
-		}
-		pending = pending[:0]
-		// Checkpoints fall after a training round, once the interval has
-		// passed since the last one.
-		if done := gb + 1; done < total && done-lastCkpt >= interval {
-			if err := checkpoint(done); err != nil {
-				return err
-			}
-			lastCkpt = done
-		}
-	}
-	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, tr); err != nil {
+	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, res.Trainer); err != nil {
 		return err
 	}
 	// The outputs are complete: the checkpoint (the size of two models and
@@ -446,122 +310,57 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err := os.RemoveAll(filepath.Join(o.OutputDir, train.CheckpointDir)); err != nil {
 		log.Warn().Err(err).Msg("checkpoint not removed")
 	}
-	if _, err := train.PlotMetrics(metricsPath, o.OutputDir); err != nil {
+	if _, err := train.PlotMetrics(filepath.Join(o.OutputDir, train.MetricsFile), o.OutputDir); err != nil {
 		log.Warn().Err(err).Msg("training curves not drawn")
 	}
-	tm.TotalSeconds = time.Since(start).Seconds()
-	if tm.GenerationSeconds > 0 {
-		tm.GenerationTokensPerSec = float64(tm.GeneratedTokens) / tm.GenerationSeconds
-	}
-	if tm.TrainingSeconds > 0 {
-		tm.TrainingTokensPerSec = tm.TrainingTokens / tm.TrainingSeconds
-	}
-	b, _ := json.MarshalIndent(tm, "", "  ")
-	if err := writeFileAtomic(filepath.Join(o.OutputDir, timingFile), append(b, '\n')); err != nil {
-		return err
-	}
-	log.Info().Int("steps", step).Str("elapsed", time.Since(start).Round(time.Second).String()).
+	tm := res.Timing
+	log.Info().Int("rounds", res.Rounds).Int("ppo_steps", res.PPOSteps).Str("elapsed", time.Duration(tm.TotalSeconds*float64(time.Second)).Round(time.Second).String()).
 		Float64("generation_seconds", tm.GenerationSeconds).Float64("experience_seconds", tm.ExperienceSeconds).
 		Float64("training_seconds", tm.TrainingSeconds).Float64("generation_tokens_per_sec", tm.GenerationTokensPerSec).
 		Float64("training_tokens_per_sec", tm.TrainingTokensPerSec).Str("output", o.OutputDir).Msg("done")
 	return nil
 }
 
-// timingFile is where step 3 writes ppoTiming.
-const timingFile = "timing.json"
-
-// ppoTiming splits a step-3 run's time (this process's part of it, after a
-// resume): decoding (the hybrid engine in Generate mode, switches
-// included), the four gradient-free forwards that score the experience,
-// and the PPO updates (actor, critic and unsupervised passes).
-type ppoTiming struct {
-	TotalSeconds           float64 `json:"total_seconds"`
-	GenerationSeconds      float64 `json:"generation_seconds"`
-	ExperienceSeconds      float64 `json:"experience_seconds"`
-	TrainingSeconds        float64 `json:"training_seconds"`
-	GeneratedTokens        int     `json:"generated_tokens"`
-	GenerationTokensPerSec float64 `json:"generation_tokens_per_sec"`
-	TrainingTokens         float64 `json:"training_tokens"`
-	TrainingTokensPerSec   float64 `json:"training_tokens_per_sec"`
+// rewardSequence is what step 3's reward model scores for a prompt and
+// an answer (ids): the texts joined with the end text and tokenized as
+// one, as step 2 trained it and as `gochat score` scores text.
+func rewardSequence(tok *tokenizer.Tokenizer, eos int32, endText string) func(prompt, answer []int32) ([]int32, error) {
+	return func(prompt, answer []int32) ([]int32, error) {
+		return reward.SequenceFromIDs(tok, prompt, answer, eos, endText)
+	}
 }
 
-// answerAccuracy grades the sampled answers of a generation batch with
-// o.check: the fraction right among the gradable ones (NaN if none).
-func (o *PPOOptions) answerAccuracy(tok *tokenizer.Tokenizer, exs []data.Example, bt *ppo.Batch) float64 {
-	right, n := 0, 0
-	eos, _ := tok.EOS()
-	for _, r := range bt.Kept {
-		ans := bt.Rollout.Answer(r)
-		if k := len(ans); k > 0 && ans[k-1] == eos {
-			ans = ans[:k-1]
-		}
-		p, err1 := tok.Decode(exs[r].IDs, true)
-		a, err2 := tok.Decode(ans, true)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		if ok, gradable := o.check(p, a); gradable {
-			n++
-			if ok {
-				right++
-			}
-		}
-	}
-	if n == 0 {
-		return math.NaN()
-	}
-	return float64(right) / float64(n)
-}
-
-// checkFinite stops step 3 on a non-finite loss or reward.
-func checkFinite(st ppo.StepStats, step int) error {
-	for _, x := range []struct {
-		name string
-		v    float64
-	}{{"actor loss", st.ActorLoss}, {"critic loss", st.CriticLoss}, {"reward score", st.RewardScore}, {"unsupervised loss", st.UnsupLoss}} {
-		if math.IsNaN(x.v) || math.IsInf(x.v, 0) {
-			return fmt.Errorf("PPO step %d: non-finite %s (%v); the last checkpoint is intact (--resume continues from it)", step, x.name, x.v)
-		}
-	}
-	return nil
-}
-
-// unsupData is the unsupervised dataset of mixture training, batched.
-type unsupData struct {
-	set  *data.Set
-	col  data.Collator
-	seed uint64
-}
-
-// batch returns the unsupervised micro-batch of PPO step `step` (0-based):
-// blocks [step·n, (step+1)·n) of the endless sequence of seeded
-// permutations of the blocks, so the position follows from the step alone
-// (and a resumed run picks up where it stopped).
-func (u *unsupData) batch(step, n int) (*ppo.UnsupBatch, error) {
-	N := len(u.set.Examples)
-	exs := make([]data.Example, n)
-	var perm []int
-	pass := -1
-	for i := range n {
-		g := step*n + i
-		if p := g / N; p != pass {
-			pass = p
-			perm = rand.New(rand.NewPCG(u.seed, uint64(p)+0x5eed)).Perm(N)
-		}
-		exs[i] = u.set.Examples[perm[g%N]]
-	}
-	b, err := u.col.Blocks(exs)
+// loadData loads the phase-3 prompts and the unsupervised blocks, with the
+// decoder and answer checker of ppo.Data.
+func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos int32) (ppo.Data, error) {
+	prompts, err := o.loadPrompts()
 	if err != nil {
-		return nil, err
+		return ppo.Data{}, err
 	}
-	return &ppo.UnsupBatch{B: b.B, T: b.T, IDs: b.IDs, Mask: b.Mask, Targets: model.ShiftLabels(b.Labels, b.B, b.T)}, nil
+	d := ppo.Data{Prompts: prompts.Examples, PromptLen: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID),
+		Show: func(prompt, answer []int32) (string, string, error) { return reward.Texts(tok, prompt, answer, eos) }}
+	if o.UnsupData != "" {
+		set, err := o.loadUnsupervised()
+		if err != nil {
+			return ppo.Data{}, err
+		}
+		d.Unsup, d.UnsupLen = set.Examples, o.MaxPromptLen+o.MaxAnswerLen
+	}
+	if o.check != nil {
+		d.Check = func(prompt, answer []int32) (bool, bool) {
+			p, err1 := tok.Decode(prompt, true)
+			a, err2 := tok.Decode(answer, true)
+			if err1 != nil || err2 != nil {
+				return false, false
+			}
+			return o.check(p, a)
+		}
+	}
+	return d, nil
 }
 
-// loadUnsupervised loads --unsupervised-dataset (nil without one).
-func (o *PPOOptions) loadUnsupervised() (*unsupData, error) {
-	if o.UnsupData == "" {
-		return nil, nil
-	}
+// loadUnsupervised loads --unsupervised-dataset.
+func (o *PPOOptions) loadUnsupervised() (*data.Set, error) {
 	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
 	if err != nil {
 		return nil, err
@@ -579,30 +378,30 @@ func (o *PPOOptions) loadUnsupervised() (*unsupData, error) {
 		return nil, usageErrorf("--unsupervised-dataset %s has no text in its train split", o.UnsupData)
 	}
 	o.g.Log.Info().Int("blocks", len(set.Examples)).Str("dataset", o.UnsupData).Float64("unsup_coef", o.Config.UnsupCoef).Msg("mixture training")
-	return &unsupData{set: set, col: data.Collator{T: o.MaxPromptLen + o.MaxAnswerLen, PAD: pad}, seed: o.Seed}, nil
+	return set, nil
 }
 
 // loadPrompts builds the phase-3 prompts.
-func (o *PPOOptions) loadPrompts(m *model.Model) (*data.Set, *tokenizer.Tokenizer, error) {
+func (o *PPOOptions) loadPrompts() (*data.Set, error) {
 	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	dss, err := resolveData(o.Data, data.ResolveOptions{})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cache := dataCacheDir(o.DataCache)
 	set, _, err := data.Load(dss, nil, data.PhasePPO, data.Options{Split: o.split, Seed: uint32(o.Seed),
 		MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen, EOS: eos, PAD: pad, Tokenizer: dt,
 		TokenizerID: fp, CacheDir: cache})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(set.Examples) == 0 {
-		return nil, nil, usageErrorf("no step-3 prompts after --data-split %s and --max-prompt-seq-len %d", o.DataSplit, o.MaxPromptLen)
+		return nil, usageErrorf("no step-3 prompts after --data-split %s and --max-prompt-seq-len %d", o.DataSplit, o.MaxPromptLen)
 	}
-	return set, dt.t, nil
+	return set, nil
 }
 
 // savePPO writes actor/ (LoRA fused), critic/ (with v_head) and actor_ema/.
@@ -626,12 +425,4 @@ func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, cri
 		}
 	}
 	return nil
-}
-
-// rewardSuffix is the tokenized end text the reward model saw in step 2.
-func rewardSuffix(tok *tokenizer.Tokenizer, text string) []int32 {
-	if text == "" || tok == nil {
-		return nil
-	}
-	return tok.Encode(text, false)
 }

@@ -30,8 +30,9 @@ func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
 		Use:   "score --model REWARD_DIR --prompt TEXT --answer TEXT [--answer TEXT ...]",
 		Short: "Score answers to a prompt with a reward model (step 2's output)",
 		Long: `Score answers with a reward model, as DeepSpeed-Chat's rw_eval.py does: each
-answer is appended to the prompt, followed by --end-text as in step 2's
-training data, and the score is the value head's output at the last token.
+answer is appended to the prompt, followed by --end-text, and the text is
+tokenized as one (reward.Sequence: the sequences step 2 trains on and step 3
+scores); the score is the value head's output at the last token.
 Higher is better; only differences between answers to the same prompt are
 meaningful. Prints one "score<TAB>answer" line per answer, or with --json
 one object {"prompt", "answers", "scores"}.`,
@@ -74,8 +75,7 @@ func runScore(opts *ScoreOptions) error {
 	}
 	seqs := make([][]int32, len(opts.Answers))
 	for i, a := range opts.Answers {
-		// As the step-2 data builder tokenizes: the whole text at once.
-		seqs[i] = tok.Encode(opts.Prompt+a+opts.EndText, true)
+		seqs[i] = reward.Sequence(tok, opts.Prompt, a, opts.EndText)
 	}
 	scores, err := reward.Score(m, seqs, 16)
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"io"
-	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -264,15 +262,14 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	if o.Step == 2 {
 		vh = "yes"
 	}
-	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh})
+	// A value head the checkpoint lacks starts as nn.Linear's (model.Load's
+	// rule, the same for the step-3 critic).
+	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed})
 	if err != nil {
 		return err
 	}
 	if o.MaxSeqLen > m.Config.MaxPositions {
 		return usageErrorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
-	}
-	if o.Step == 2 {
-		initVHead(m, o.Seed)
 	}
 	if o.Dropout >= 0 {
 		m.Config.Dropout = o.Dropout
@@ -335,24 +332,6 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	}
 	ev.Str("output", o.OutputDir).Msg("done")
 	return nil
-}
-
-// initVHead gives a value head that the checkpoint did not have
-// nn.Linear's default initialisation, U(−1/√P, 1/√P).
-func initVHead(m *model.Model, seed uint64) {
-	h := make([]float32, m.Params.VHead.Len())
-	m.Dev.ReadF32(h, m.Params.VHead)
-	for _, x := range h {
-		if x != 0 {
-			return // loaded from the checkpoint
-		}
-	}
-	rng := rand.New(rand.NewPCG(seed, 0x76686561))
-	b := 1 / math.Sqrt(float64(len(h)))
-	for i := range h {
-		h[i] = float32((rng.Float64()*2 - 1) * b)
-	}
-	m.Dev.WriteF32(m.Params.VHead, h)
 }
 
 // loadData builds the step's training and evaluation examples.

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/ppo"
 	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/tensor"
 	"github.com/gochat-ai/gochat/tokenizer"
@@ -42,20 +44,24 @@ func TestMain(m *testing.M) {
 
 // tinyModel writes a randomly initialised tiny OPT with the real OPT
 // tokenizer files into a temporary directory.
-func tinyModel(t *testing.T) string {
+func tinyModel(t *testing.T) string { return tinyModelWith(t, false) }
+
+// rewardModel is tinyModel with a value head (seeded 3) saved in it.
+func rewardModel(t *testing.T) string { return tinyModelWith(t, true) }
+
+func tinyModelWith(t *testing.T, valueHead bool) string {
 	t.Helper()
 	tokDir := filepath.Join(sharedData, "opt-tokenizer")
-	if _, err := os.Stat(tokDir); err != nil {
-		t.Skipf("../shared/data is not beside the checkout: %v", err)
-	}
+	needShared(t, tokDir)
 	cfg, err := model.ParseConfig([]byte(`{"model_type":"opt","vocab_size":50272,"hidden_size":32,"ffn_dim":64,
 		"num_hidden_layers":2,"num_attention_heads":2,"max_position_embeddings":128,"do_layer_norm_before":true,"dropout":0.1}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dev, _ := cpu.New(cpu.Options{})
-	m, _ := model.New(dev, cfg, model.Options{})
+	m, _ := model.New(dev, cfg, model.Options{ValueHead: valueHead})
 	m.InitRandom(1, 0.02)
+	m.InitValueHead(3)
 	dir := t.TempDir()
 	if err := m.Save(dir, model.SaveOptions{}); err != nil {
 		t.Fatal(err)
@@ -353,15 +359,21 @@ func TestChatPipe(t *testing.T) {
 	}
 }
 
+// ppoArgs are the arguments of a short step 3 of model dir (actor and
+// critic) on the shared sample's prompts, plus extra.
+func ppoArgs(dir, out string, extra ...string) []string {
+	return append([]string{"--log-format", "json", "ppo", "--actor", dir, "--critic", dir, "--data", sample(),
+		"--data-split", "0,0,1", "--max-prompt-seq-len", "100", "--per-device-generation-batch-size", "4",
+		"--output-dir", out, "--data-cache", "off"}, extra...)
+}
+
 // TestPPOSmoke runs step 3 end to end on the shared sample's prompts with a
 // tiny model as actor, critic and reward model.
 func TestPPOSmoke(t *testing.T) {
 	mdir := tinyModel(t)
 	out := filepath.Join(t.TempDir(), "ppo")
-	_, errOut, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
-		"--data-split", "0,0,1", "--max-prompt-seq-len", "100", "--max-answer-seq-len", "8",
-		"--per-device-generation-batch-size", "4", "--per-device-training-batch-size", "2", "--max-steps", "2",
-		"--num-warmup-steps", "0", "--enable-ema", "--output-dir", out, "--data-cache", "off")
+	_, errOut, code := run(t, ppoArgs(mdir, out, "--max-answer-seq-len", "8", "--per-device-training-batch-size", "2",
+		"--max-steps", "2", "--num-warmup-steps", "0", "--enable-ema")...)
 	if code != 0 {
 		t.Fatalf("ppo: %s", lastLine(errOut))
 	}
@@ -370,8 +382,8 @@ func TestPPOSmoke(t *testing.T) {
 			t.Errorf("output %s: %v", d, err)
 		}
 	}
-	var tm ppoTiming
-	if b, err := os.ReadFile(filepath.Join(out, timingFile)); err != nil || json.Unmarshal(b, &tm) != nil ||
+	var tm ppo.Timing
+	if b, err := os.ReadFile(filepath.Join(out, ppo.TimingFile)); err != nil || json.Unmarshal(b, &tm) != nil ||
 		tm.GenerationSeconds <= 0 || tm.TrainingSeconds <= 0 || tm.ExperienceSeconds <= 0 || tm.GeneratedTokens <= 0 ||
 		tm.TotalSeconds < tm.GenerationSeconds+tm.TrainingSeconds {
 		t.Errorf("timing.json: %+v, %v", tm, err)
@@ -388,6 +400,85 @@ func TestPPOSmoke(t *testing.T) {
 	if _, e, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
 		"--output-dir", out, "--max-steps", "1"); code == 0 || !strings.Contains(e, "holds") {
 		t.Errorf("existing output: code %d %s", code, lastLine(e))
+	}
+}
+
+// scoreOf runs `gochat score` on one answer.
+func scoreOf(t *testing.T, rm, prompt, answer string) float64 {
+	t.Helper()
+	out, e, code := run(t, "score", "--model", rm, "--prompt", prompt, "--answer", answer, "--json")
+	var res struct{ Scores []float64 }
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Scores) != 1 {
+		t.Fatalf("gochat score: code %d %s %s", code, out, lastLine(e))
+	}
+	return res.Scores[0]
+}
+
+// TestPrintAnswersMatchScore: the score `gochat ppo --print-answers` prints
+// for a sampled answer is `gochat score`'s on the printed prompt and
+// answer; and step 3's scoring path (rewardSequence, then reward.Score)
+// gives `gochat score`'s score for answers that end in "." and in EOS, where
+// joining separately tokenized ids would not (BPE merges "." with the end
+// text).
+func TestPrintAnswersMatchScore(t *testing.T) {
+	rm := rewardModel(t)
+	out := filepath.Join(t.TempDir(), "ppo")
+	_, errOut, code := run(t, ppoArgs(rm, out, "--max-answer-seq-len", "6", "--per-device-training-batch-size", "4",
+		"--max-steps", "1", "--print-answers")...)
+	if code != 0 {
+		t.Fatalf("ppo: %s", lastLine(errOut))
+	}
+	n := 0
+	for _, line := range strings.Split(errOut, "\n") {
+		var rec struct {
+			Message        string
+			Prompt, Answer string
+			Score          float64
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Message != "sample" {
+			continue
+		}
+		n++
+		if got := scoreOf(t, rm, rec.Prompt, rec.Answer); math.Abs(got-rec.Score) > 1e-5*(1+math.Abs(got)) {
+			t.Errorf("answer %q: --print-answers score %v, gochat score %v", rec.Answer, rec.Score, got)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no sample lines")
+	}
+
+	dev, _ := cpu.New(cpu.Options{})
+	m, err := model.Load(dev, rm, model.LoadOptions{ValueHead: "yes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(rm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := int32(m.Config.EOSTokenID)
+	seqOf := rewardSequence(tok, eos, data.DefaultEndText)
+	prompt := "\n\nHuman: What is the capital of France?\n\nAssistant:"
+	pids := tok.Encode(prompt, true)
+	for _, c := range []struct {
+		answer string
+		eos    bool
+	}{{" Paris.", false}, {" Paris.", true}, {" It is Paris", true}} {
+		ids := tok.Encode(c.answer, false)
+		if c.eos {
+			ids = append(ids, eos)
+		}
+		seq, err := seqOf(pids, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := reward.Score(m, [][]int32{seq}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := scoreOf(t, rm, prompt, c.answer); math.Abs(float64(got[0])-want) > 1e-5*(1+math.Abs(want)) {
+			t.Errorf("answer %q (EOS %v): step 3 scores %v, gochat score %v", c.answer, c.eos, got[0], want)
+		}
 	}
 }
 
@@ -418,7 +509,7 @@ steps:
 		}
 	}
 	_, errOut, _ = run(t, args...)
-	if strings.Count(errOut, "skipped") != 3 {
+	if strings.Count(errOut, "complete, skipped") != 3 {
 		t.Errorf("second run did not skip the three finished steps:\n%s", errOut)
 	}
 	_, errOut, code = run(t, append(args, "--step", "3", "--force")...)
@@ -438,12 +529,13 @@ func TestTrainDemoShort(t *testing.T) {
 	dir := t.TempDir()
 	recipe := filepath.Join(dir, "demo-short.yaml")
 	body := `description: the demo, shortened for CI
-actor: demo
-reward: demo
+generator: demo
+actor: "{demo}/base"
+reward: "{output}/actor"
 steps:
   sft: {data: ["{demo}/data/sft"], data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 3, add-eot-token: true, data-cache: "off"}
   reward: {data: ["{demo}/data/pairs"], data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 3, data-cache: "off"}
-  ppo: {data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 16, per-device-training-batch-size: 16, max-steps: 2, num-warmup-steps: 0, enable-ema: true, data-cache: "off"}
+  ppo: {critic: "{output}/actor", reward: "{output}/reward", data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 16, per-device-training-batch-size: 16, max-steps: 2, num-warmup-steps: 0, enable-ema: true, data-cache: "off"}
 `
 	os.WriteFile(recipe, []byte(body), 0o644)
 	out := filepath.Join(dir, "out")
@@ -516,9 +608,11 @@ func TestDemoMeetsTargets(t *testing.T) {
 }
 
 // TestTrainResumeAfterSIGKILL kills `gochat train` during step 2, and
-// again during step 3, and runs it again each time: finished steps are not
-// redone, the interrupted one resumes from its checkpoint, and every output
-// equals an uninterrupted run's byte for byte.
+// again during step 3 (actor LoRA, two generation batches per round, two
+// PPO epochs, score scaling and mixture training on), and runs it again
+// each time: finished steps are not redone, the interrupted one resumes
+// from its checkpoint, and every output equals an uninterrupted run's byte
+// for byte.
 func TestTrainResumeAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline several times")
@@ -531,7 +625,8 @@ steps:
   sft: {data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 8, max-steps: 2, data-cache: "off"}
   reward: {data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 2, max-steps: 24, save-interval: 1, data-cache: "off"}
   ppo: {data-split: "0,0,1", max-prompt-seq-len: 100, max-answer-seq-len: 6, per-device-generation-batch-size: 2,
-        per-device-training-batch-size: 2, max-steps: 12, save-interval: 1, num-warmup-steps: 0, enable-ema: true,
+        per-device-training-batch-size: 1, max-steps: 12, save-interval: 1, num-warmup-steps: 0, enable-ema: true,
+        actor-lora-dim: 4, generation-batches: 2, ppo-epochs: 2, use-score-scaling: true, use-score-norm: true,
         unsupervised-dataset: "`+sample()+`", unsupervised-dataset-column: chosen, data-cache: "off"}
 `), 0o644)
 	args := func(out string) []string {
@@ -581,15 +676,17 @@ steps:
 	// Running again resumes step 2; kill it again in step 3.
 	killAt("ppo", func(b []byte) bool {
 		var st struct {
-			Batches int `json:"generation_batches_done"`
+			Position struct {
+				Batches int `json:"micro_step"`
+			} `json:"position"`
 		}
-		return json.Unmarshal(b, &st) == nil && st.Batches >= 3
+		return json.Unmarshal(b, &st) == nil && st.Position.Batches >= 4
 	})
 	_, errOut, code := run(t, args(out)...)
 	if code != 0 {
 		t.Fatal(lastLine(errOut))
 	}
-	if strings.Count(errOut, "skipped") != 2 {
+	if strings.Count(errOut, "complete, skipped") != 2 {
 		t.Errorf("steps 1 and 2 were not skipped:\n%s", errOut)
 	}
 	if !strings.Contains(errOut, "resumed from checkpoint") {
@@ -611,7 +708,7 @@ steps:
 		t.Error("step-3 metrics lack unsup_loss (mixture training)")
 	}
 	for i := range want {
-		for _, k := range []string{"step", "reward_score", "kl", "actor_loss", "critic_loss", "unsup_loss"} {
+		for _, k := range []string{"step", "reward_score", "reward_score_ema", "kl", "actor_loss", "critic_loss", "unsup_loss", "actor_lr"} {
 			if got[i][k] != want[i][k] {
 				t.Errorf("metrics record %d: %s %v, uninterrupted %v", i, k, got[i][k], want[i][k])
 			}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,13 +15,6 @@ import (
 // optTokenizerDir is the OPT tokenizer of the shared data (../shared beside
 // the checkout).
 var optTokenizerDir = filepath.Join("..", "..", "..", "shared", "data", "opt-tokenizer")
-
-func needOPTTokenizer(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat(optTokenizerDir); err != nil {
-		t.Skipf("OPT tokenizer files not found at %s (the shared data directory beside the checkout): %v", optTokenizerDir, err)
-	}
-}
 
 // runIn runs gochat with stdin.
 func runIn(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
@@ -75,7 +67,7 @@ func TestTokenizeFlags(t *testing.T) {
 }
 
 func TestTokenizeText(t *testing.T) {
-	needOPTTokenizer(t)
+	needShared(t, optTokenizerDir)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -104,7 +96,7 @@ func TestTokenizeText(t *testing.T) {
 // TestTokenizeLines runs JSON lines through encoding and decoding, with
 // more lines than one batch so that order across batches is checked.
 func TestTokenizeLines(t *testing.T) {
-	needOPTTokenizer(t)
+	needShared(t, optTokenizerDir)
 	tk, err := tokenizer.Load(optTokenizerDir)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +154,7 @@ func TestTokenizeLines(t *testing.T) {
 }
 
 func TestTokenizeBadLines(t *testing.T) {
-	needOPTTokenizer(t)
+	needShared(t, optTokenizerDir)
 	for _, c := range []struct {
 		name, in string
 		args     []string

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/recipes"
 )
 
@@ -95,41 +94,36 @@ type stepRun struct {
 func runTrain(o *TrainOptions) error {
 	log := o.g.Log
 	start := time.Now()
-	var task *demo.Task
-	if o.Actor == "demo" || o.Reward == "demo" {
-		// The demo recipe: data, tokenizer and from-scratch models made here.
-		t, base, err := prepareDemo(o.g, o.OutputDir, o.Seed)
-		if err != nil {
-			return err
+	// A recipe's generator (the demo's) makes its data and starting models
+	// first; the recipe refers to its folder as {NAME} and to the output
+	// directory as {output}.
+	var gen generator
+	vars := map[string]string{"output": o.OutputDir}
+	if o.recipe != nil && o.recipe.Generator != "" {
+		var err error
+		name := o.recipe.Generator
+		if gen, err = newGenerator(name); err != nil {
+			return usageErrorf("recipe %s: %v", o.recipe.Source, err)
 		}
-		// Its "pre-trained" models are random, so the reward model starts
-		// from the step-1 model, which already reads the task's format
-		// (DeepSpeed-Chat starts it from a pre-trained LM for the same reason).
-		task, o.Actor, o.Reward = t, base, filepath.Join(o.OutputDir, "actor")
-		if o.recipe != nil {
-			o.recipe.Expand(map[string]string{"demo": filepath.Join(o.OutputDir, "demo")})
+		vars[name] = filepath.Join(o.OutputDir, name)
+		if err := gen.Prepare(o.g, vars[name], o.Seed); err != nil {
+			return fmt.Errorf("recipe %s: generator %s: %w", o.recipe.Source, name, err)
 		}
 	}
+	if o.recipe != nil {
+		o.recipe.Expand(vars)
+	}
+	o.Actor, o.Reward = recipes.ExpandString(o.Actor, vars), recipes.ExpandString(o.Reward, vars)
 	actorDir, rewardDir, ppoDir := filepath.Join(o.OutputDir, "actor"), filepath.Join(o.OutputDir, "reward"), filepath.Join(o.OutputDir, "ppo")
-	common := []string{"--seed", fmt.Sprint(o.Seed)}
-	for _, d := range o.Data {
-		common = append(common, "--data", d)
-	}
 	var sftOpts, rwOpts *StageOptions
 	var ppoOpts *PPOOptions
 	steps := []stepRun{
 		{n: 1, name: "sft", dir: actorDir, cmd: newSFTCmd(o.g, func(s *StageOptions) error { sftOpts = s; return nil }),
-			args: append([]string{"--model", o.Actor, "--output-dir", actorDir}, common...)},
+			args: o.stepArgs("sft", "--model", o.Actor, "--output-dir", actorDir)},
 		{n: 2, name: "reward", dir: rewardDir, cmd: newRewardCmd(o.g, func(s *StageOptions) error { rwOpts = s; return nil }),
-			args: append([]string{"--model", o.Reward, "--output-dir", rewardDir}, common...)},
+			args: o.stepArgs("reward", "--model", o.Reward, "--output-dir", rewardDir)},
 		{n: 3, name: "ppo", dir: ppoDir, cmd: newPPOCmd(o.g, func(p *PPOOptions) error { ppoOpts = p; return nil }),
-			args: append([]string{"--actor", actorDir, "--critic", rewardDir, "--output-dir", ppoDir}, common...)},
-	}
-	if task != nil {
-		// The demo's critic starts from the step-1 model with a fresh value
-		// head: the reward model's values (about -8..+4) are far from the
-		// clipped, KL-penalised rewards and would swamp the advantages.
-		steps[2].args = append([]string{"--actor", actorDir, "--critic", actorDir, "--reward", rewardDir, "--output-dir", ppoDir}, common...)
+			args: o.stepArgs("ppo", "--actor", actorDir, "--critic", rewardDir, "--output-dir", ppoDir)},
 	}
 	times := map[int]time.Duration{}
 	for _, st := range steps {
@@ -158,11 +152,8 @@ func runTrain(o *TrainOptions) error {
 		case 2:
 			err = runStage(o.ctx(), rwOpts)
 		case 3:
-			if task != nil {
-				ppoOpts.check = func(prompt, answer string) (bool, bool) {
-					q, ok := demo.ParsePrompt(prompt)
-					return ok && q.Correct(answer), ok
-				}
+			if gen != nil {
+				ppoOpts.check = gen.Check
 			}
 			err = runPPO(o.ctx(), ppoOpts)
 		}
@@ -175,15 +166,15 @@ func runTrain(o *TrainOptions) error {
 		}
 		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
 	}
-	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); task != nil && err != nil {
-		log.Info().Msg("demo report skipped: step 3 has not run")
-	} else if task != nil {
+	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); gen != nil && err != nil {
+		log.Info().Msg("report skipped: step 3 has not run")
+	} else if gen != nil {
 		secs := map[int]float64{}
 		for n, d := range times {
 			secs[n] = d.Seconds()
 		}
-		if err := demoReport(o.g, o.OutputDir, task, secs); err != nil {
-			return fmt.Errorf("demo report: %w", err)
+		if err := gen.Report(o.g, o.OutputDir, secs); err != nil {
+			return fmt.Errorf("report: %w", err)
 		}
 	}
 	ev := log.Info().Str("total", time.Since(start).Round(time.Second).String())
@@ -192,6 +183,45 @@ func runTrain(o *TrainOptions) error {
 	}
 	ev.Str("output", o.OutputDir).Msg("train done")
 	return nil
+}
+
+// stepArgs are a step's arguments: the given flag/value pairs, except
+// those the recipe sets for the step (the demo's step 3 names its own
+// critic and reward model), then --seed and --data.
+func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
+	var args []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if o.recipe != nil && o.recipe.Sets(step, strings.TrimPrefix(pairs[i], "--")) {
+			continue
+		}
+		args = append(args, pairs[i], pairs[i+1])
+	}
+	args = append(args, "--seed", fmt.Sprint(o.Seed))
+	for _, d := range o.Data {
+		args = append(args, "--data", d)
+	}
+	return args
+}
+
+// generator makes a recipe's task (recipes.Recipe.Generator): its data
+// and starting models before step 1, a grader of step 3's sampled answers
+// (answer_accuracy), and a report after step 3.
+type generator interface {
+	// Prepare writes the task into dir.
+	Prepare(g *Globals, dir string, seed uint64) error
+	// Check grades an answer to a prompt; ok is false when it cannot.
+	Check(prompt, answer string) (right, ok bool)
+	// Report writes the run's report into out.
+	Report(g *Globals, out string, seconds map[int]float64) error
+}
+
+// newGenerator returns the named generator.
+func newGenerator(name string) (generator, error) {
+	switch name {
+	case "demo":
+		return &demoGenerator{}, nil
+	}
+	return nil, fmt.Errorf("unknown generator %q (want demo)", name)
 }
 
 // prepare parses a step's arguments, with the recipe's flags under them.

@@ -1,0 +1,401 @@
+package ppo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/hybridengine"
+	"github.com/gochat-ai/gochat/internal/atomicfile"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// RunConfig configures Run: step 3 on the training loop.
+type RunConfig struct {
+	Config  // the PPO constants
+	Options // the trainer's options; Run sets Iterations from the run's length
+
+	GenBatch   int // prompts per generation batch (per_device_generation_batch_size)
+	TrainBatch int // experience rows per PPO micro-batch (per_device_training_batch_size)
+	Epochs     int // passes over the prompts (num_train_epochs)
+	MaxSteps   int // generation batches of the run, overriding Epochs (0: Epochs decide)
+	// SaveEvery checkpoints once this many generation batches have been
+	// trained on since the last checkpoint, at the end of a round (0: at
+	// the end of each epoch over the prompts).
+	SaveEvery    int
+	Dir          string // output directory: metrics.jsonl, checkpoint/, timing.json ("": none)
+	Fingerprint  string // identifies the run; a checkpoint of another run is refused
+	Resume       bool
+	PrintAnswers bool // log up to four prompts and answers of every generation batch
+	Log          zerolog.Logger
+	Progress     io.Writer // a terminal for the progress bar, or nil for log lines
+	Events       interface {
+		Scalars(step int, values map[string]float64) error
+	}
+}
+
+// Data is step 3's data.
+type Data struct {
+	// Prompts are the phase-3 prompts (IDs without padding), left-padded to
+	// PromptLen with PAD for generation.
+	Prompts   []data.Example
+	PromptLen int
+	PAD       int32
+	// Unsup, when not nil, are the blocks of the unsupervised dataset for
+	// mixture training (data.LoadUnsupervised), right-padded to UnsupLen.
+	Unsup    []data.Example
+	UnsupLen int
+	// Show, when set, renders a prompt and its answer (ids, the answer with
+	// its EOS) as text for PrintAnswers: best the texts the reward model
+	// scores (reward.Texts).
+	Show func(prompt, answer []int32) (string, string, error)
+	// Check, when set, grades an answer (ids without EOS) to a prompt; each
+	// round then logs answer_accuracy, the fraction of the sampled answers
+	// it can grade that are right.
+	Check func(prompt, answer []int32) (right, ok bool)
+}
+
+// Timing splits a step-3 run's time (this process's part of it, after a
+// resume): decoding (the hybrid engine in Generate mode, switches
+// included), the gradient-free forwards that score the experience, and the
+// PPO updates (actor, critic and unsupervised passes).
+type Timing struct {
+	TotalSeconds           float64 `json:"total_seconds"`
+	GenerationSeconds      float64 `json:"generation_seconds"`
+	ExperienceSeconds      float64 `json:"experience_seconds"`
+	TrainingSeconds        float64 `json:"training_seconds"`
+	GeneratedTokens        int     `json:"generated_tokens"`
+	GenerationTokensPerSec float64 `json:"generation_tokens_per_sec"`
+	TrainingTokens         int     `json:"training_tokens"`
+	TrainingTokensPerSec   float64 `json:"training_tokens_per_sec"`
+}
+
+// TimingFile is where Run writes Timing in RunConfig.Dir.
+const TimingFile = "timing.json"
+
+// Result summarises a finished step 3.
+type Result struct {
+	Rounds   int // training rounds (generation_batches generation batches each)
+	PPOSteps int // TrainStep calls
+	Timing   Timing
+	// Last is the last round's metrics record.
+	Last map[string]float64
+	// Trainer holds the trained state (EMA for saving).
+	Trainer *Trainer
+}
+
+// Run is step 3 on the training loop (train.RunRounds): each round
+// generates experience for GenerationBatches batches of prompts (the
+// experience phase), then trains PPOEpochs passes of micro-batches over
+// it (the train phase), logging one metrics record per round. It writes
+// metrics.jsonl, checkpoints (resumed bit-identically) and timing.json to
+// cfg.Dir; saving the models is the caller's (Result.Trainer.EMA for the
+// EMA).
+func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Data) (*Result, error) {
+	if err := cfg.check(m, d); err != nil {
+		return nil, err
+	}
+	gb := cfg.GenerationBatches
+	tcfg := train.Config{TrainSize: len(d.Prompts), MicroBatch: cfg.GenBatch, GradAccum: gb, Epochs: cfg.Epochs,
+		MaxBatches: cfg.MaxSteps, Seed: cfg.Seed, Dir: cfg.Dir, Fingerprint: cfg.Fingerprint, Resume: cfg.Resume,
+		Log: cfg.Log, LogMsg: "ppo", ProgressKey: "reward_score", Progress: cfg.Progress, Events: cfg.Events}
+	if cfg.SaveEvery > 0 {
+		tcfg.SaveEvery = (cfg.SaveEvery + gb - 1) / gb
+	}
+	// The schedules count PPO iterations: an estimate (rows with at most one
+	// answer token are dropped), past which they hold their end value.
+	cfg.Iterations = tcfg.TotalBatches() * ((cfg.GenBatch + cfg.TrainBatch - 1) / cfg.TrainBatch) * cfg.PPOEpochs
+	tr, err := NewTrainer(cfg.Config, cfg.Options, m)
+	if err != nil {
+		return nil, err
+	}
+	st := &stage{cfg: cfg, d: d, tr: tr, generate: tr.GenerateExperience, scoreEMA: ScoreEMA{Alpha: cfg.ScoreEMAAlpha},
+		col: data.Collator{T: d.PromptLen, PAD: d.PAD}, unsupCol: data.Collator{T: d.UnsupLen, PAD: d.PAD}}
+	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).
+		Int("rounds", tcfg.TotalSteps()).Int("ppo_iterations", cfg.Iterations).Msg("step 3")
+	start := time.Now()
+	res, err := train.RunRounds(ctx, dev, tcfg, st)
+	if err != nil {
+		return nil, err
+	}
+	tm := st.timing
+	tm.TotalSeconds = time.Since(start).Seconds()
+	if tm.GenerationSeconds > 0 {
+		tm.GenerationTokensPerSec = float64(tm.GeneratedTokens) / tm.GenerationSeconds
+	}
+	if tm.TrainingSeconds > 0 {
+		tm.TrainingTokensPerSec = float64(tm.TrainingTokens) / tm.TrainingSeconds
+	}
+	if cfg.Dir != "" {
+		b, _ := json.MarshalIndent(tm, "", "  ")
+		if err := atomicfile.WriteFile(filepath.Join(cfg.Dir, TimingFile), append(b, '\n')); err != nil {
+			return nil, err
+		}
+	}
+	return &Result{Rounds: res.Steps, PPOSteps: int(tr.steps), Timing: tm, Last: res.Last, Trainer: tr}, nil
+}
+
+// check validates the run's settings against the models and the data.
+func (cfg *RunConfig) check(m Models, d Data) error {
+	switch {
+	case cfg.GenBatch < 1 || cfg.TrainBatch < 1:
+		return fmt.Errorf("ppo: generation and training batch sizes must be >= 1 (got %d and %d)", cfg.GenBatch, cfg.TrainBatch)
+	case len(d.Prompts) == 0:
+		return errors.New("ppo: no prompts")
+	case d.PromptLen < 1:
+		return fmt.Errorf("ppo: prompt length %d", d.PromptLen)
+	case d.Unsup != nil && d.UnsupLen < 2:
+		return fmt.Errorf("ppo: unsupervised block length %d", d.UnsupLen)
+	case cfg.SaveEvery < 0 || cfg.MaxSteps < 0:
+		return fmt.Errorf("ppo: negative save interval or max steps")
+	}
+	return nil
+}
+
+// CheckLengths checks that the sequences of step 3 fit every model: the
+// actor and the reference see prompt + answer (maxPrompt + maxAnswer
+// positions), and so does the critic; the reward model sees prompt +
+// answer + the end text (rewardExtra more tokens). Errors name the model
+// and the flags to change.
+func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
+	actor, err := m.Actor.Model()
+	if err != nil {
+		return err
+	}
+	n := maxPrompt + maxAnswer
+	for _, x := range []struct {
+		name  string
+		m     *model.Model
+		n     int
+		extra string
+	}{{"actor", actor, n, ""}, {"critic", m.Critic, n, ""},
+		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text", rewardExtra)}} {
+		if x.m != nil && x.n > x.m.Config.MaxPositions {
+			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len%s = %d exceeds the %s's max_position_embeddings %d",
+				x.extra, x.n, x.name, x.m.Config.MaxPositions)
+		}
+	}
+	return nil
+}
+
+// stage is step 3 as a train.RoundStage: Batch is the experience phase on
+// one generation batch, Update the train phase on the round's experience.
+type stage struct {
+	cfg      RunConfig
+	d        Data
+	tr       *Trainer
+	generate func(hybridengine.Prompts) (*Batch, error)
+	scoreEMA ScoreEMA
+	col      data.Collator
+	unsupCol data.Collator
+	timing   Timing
+
+	// The round so far: its experience and what it measured.
+	pending          []*Batch
+	gen              GenStats // summed over the round's batches
+	skipped          int
+	right, graded    int
+	scoreSum, lenSum float64
+	klSum            float64
+	rows, klBatches  int
+}
+
+// Batch generates the experience of generation batch k (prompts idx) and
+// keeps it for the round's Update. A batch whose answers all have at most
+// one token is skipped (counted in the round's skipped_batches).
+func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, error) {
+	exs := make([]data.Example, len(idx))
+	rows := make([]uint64, len(idx))
+	for i, j := range idx {
+		exs[i], rows[i] = s.d.Prompts[j], uint64(k*s.cfg.GenBatch+i)
+	}
+	pb, err := s.col.Prompts(exs)
+	if err != nil {
+		return train.BatchStats{}, err
+	}
+	bt, err := s.generate(hybridengine.Prompts{B: pb.B, T: pb.T, IDs: pb.IDs, Mask: pb.Mask, Rows: rows})
+	if errors.Is(err, ErrNoAnswers) {
+		s.cfg.Log.Warn().Int("generation_batch", k).Msg("every answer had at most one token; batch skipped")
+		s.skipped++
+		return train.BatchStats{}, nil
+	}
+	if err != nil {
+		return train.BatchStats{}, err
+	}
+	s.gen.add(bt.Gen)
+	for i, r := range bt.Kept {
+		s.scoreSum += float64(bt.RawScores[i])
+		s.lenSum += float64(bt.AnswerLens[i])
+		s.rows++
+		if s.d.Check != nil {
+			ans := bt.Rollout.Answer(r)
+			if n := len(ans); n > 0 && ans[n-1] == s.eos() {
+				ans = ans[:n-1]
+			}
+			if right, ok := s.d.Check(exs[r].IDs, ans); ok {
+				s.graded++
+				if right {
+					s.right++
+				}
+			}
+		}
+	}
+	s.klSum += KL(bt.Exp.LogProbs, bt.Exp.RefLogProbs, bt.Exp.Mask, bt.Exp.Shape)
+	s.klBatches++
+	if s.cfg.PrintAnswers && s.d.Show != nil {
+		for i, r := range bt.Kept[:min(len(bt.Kept), 4)] {
+			p, a, _ := s.d.Show(exs[r].IDs, bt.Rollout.Answer(r))
+			s.cfg.Log.Info().Int("generation_batch", k).Str("prompt", p).Str("answer", a).Float32("score", bt.RawScores[i]).Msg("sample")
+		}
+	}
+	s.pending = append(s.pending, bt)
+	return train.BatchStats{}, nil
+}
+
+// eos is the actor's end-of-sequence id.
+func (s *stage) eos() int32 {
+	actor, _ := s.tr.m.Actor.Model()
+	return int32(actor.Config.EOSTokenID)
+}
+
+// Update trains PPOEpochs passes over the round's experience, in
+// micro-batches of TrainBatch rows (with mixture training, each followed by
+// an unsupervised step), and returns the round's record: means over its
+// PPO iterations and over its generated answers.
+func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, error) {
+	sum := map[string]float64{}
+	var last StepStats
+	n, tokens, start := 0, 0, time.Now()
+	for range s.cfg.PPOEpochs {
+		for _, b := range s.pending {
+			rows := len(b.Kept)
+			for lo := 0; lo < rows; lo += s.cfg.TrainBatch {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				var ub *UnsupBatch
+				if s.d.Unsup != nil {
+					var err error
+					if ub, err = s.unsupBatch(int(s.tr.steps)); err != nil {
+						return nil, err
+					}
+				}
+				st, err := s.tr.TrainStep(b.Slice(lo, min(lo+s.cfg.TrainBatch, rows)), ub)
+				if err != nil {
+					return nil, fmt.Errorf("PPO iteration %d: %w", s.tr.steps, err)
+				}
+				for k, v := range st.means() {
+					sum[k] += v
+				}
+				tokens += st.TrainTokens
+				last = st
+				n++
+			}
+		}
+	}
+	trainSecs := time.Since(start).Seconds()
+	g := s.gen
+	rec := map[string]float64{"generation_seconds": g.GenerateSeconds, "experience_seconds": g.ForwardSeconds,
+		"generated_tokens": float64(g.Tokens), "skipped_batches": float64(s.skipped), "dropped_rows": float64(g.Dropped)}
+	if g.GenerateSeconds > 0 {
+		rec["generation_tokens_per_sec"] = g.TokensPerSecond()
+	}
+	if s.rows > 0 {
+		mean := s.scoreSum / float64(s.rows)
+		rec["reward_score"] = mean
+		rec["reward_score_ema"] = s.scoreEMA.Update(mean)
+		rec["answer_len"] = s.lenSum / float64(s.rows)
+		rec["kl"] = s.klSum / float64(s.klBatches)
+	}
+	if s.graded > 0 {
+		rec["answer_accuracy"] = float64(s.right) / float64(s.graded)
+	}
+	if g.RewardTruncated > 0 {
+		rec["reward_truncated"] = float64(g.RewardTruncated)
+	}
+	if g.RewardUnscorable > 0 {
+		rec["reward_unscorable"] = float64(g.RewardUnscorable)
+	}
+	if n > 0 {
+		for k, v := range sum {
+			rec[k] = v / float64(n)
+		}
+		if s.d.Unsup == nil {
+			delete(rec, "unsup_loss")
+			delete(rec, "unsup_grad_norm")
+		}
+		rec["actor_lr"], rec["critic_lr"] = last.ActorLR, last.CriticLR
+		rec["training_seconds"] = trainSecs
+		rec["training_tokens_per_sec"] = float64(tokens) / trainSecs
+		rec["ppo_steps"] = float64(n)
+	}
+	s.timing.GenerationSeconds += g.GenerateSeconds
+	s.timing.ExperienceSeconds += g.ForwardSeconds
+	s.timing.GeneratedTokens += g.Tokens
+	s.timing.TrainingSeconds += trainSecs
+	s.timing.TrainingTokens += tokens
+	s.resetRound()
+	return rec, nil
+}
+
+func (s *stage) resetRound() {
+	*s = stage{cfg: s.cfg, d: s.d, tr: s.tr, generate: s.generate, scoreEMA: s.scoreEMA, col: s.col,
+		unsupCol: s.unsupCol, timing: s.timing, pending: s.pending[:0]}
+}
+
+// Evaluate: step 3 has no evaluation set.
+func (s *stage) Evaluate() (map[string]float64, error) { return nil, nil }
+
+// stageState is the host state of a step-3 checkpoint.
+type stageState struct {
+	Trainer  TrainerState `json:"trainer"`
+	ScoreEMA ScoreEMA     `json:"score_ema"`
+}
+
+func (s *stage) State() (map[string]kernels.Buffer, any) {
+	return s.tr.StateBuffers(), stageState{Trainer: s.tr.State(), ScoreEMA: s.scoreEMA}
+}
+
+func (s *stage) Restore(b json.RawMessage) error {
+	var st stageState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	s.tr.Restore(st.Trainer)
+	s.scoreEMA = st.ScoreEMA
+	return nil
+}
+
+// unsupBatch returns the unsupervised micro-batch of PPO iteration iter
+// (0-based): blocks [iter·n, (iter+1)·n) of the endless sequence of seeded
+// permutations of the blocks, so the position follows from the iteration
+// alone (and a resumed run picks up where it stopped).
+func (s *stage) unsupBatch(iter int) (*UnsupBatch, error) {
+	n, N := s.cfg.TrainBatch, len(s.d.Unsup)
+	exs := make([]data.Example, n)
+	var perm []int
+	pass := -1
+	for i := range n {
+		g := iter*n + i
+		if p := g / N; p != pass {
+			pass = p
+			perm = rand.New(rand.NewPCG(s.cfg.Seed, uint64(p)+0x5eed)).Perm(N)
+		}
+		exs[i] = s.d.Unsup[perm[g%N]]
+	}
+	b, err := s.unsupCol.Blocks(exs)
+	if err != nil {
+		return nil, err
+	}
+	return &UnsupBatch{B: b.B, T: b.T, IDs: b.IDs, Mask: b.Mask, Targets: model.ShiftLabels(b.Labels, b.B, b.T)}, nil
+}

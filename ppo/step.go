@@ -1,0 +1,281 @@
+package ppo
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// StepStats are what one TrainStep measures.
+type StepStats struct {
+	ActorLoss, CriticLoss, UnsupLoss float64
+	ActorClipFrac, CriticClipFrac    float64
+	// ActorGradNorm, CriticGradNorm and UnsupGradNorm (the mixture
+	// step's) are the norms before clipping.
+	ActorGradNorm, CriticGradNorm, UnsupGradNorm float64
+	// ActorLR and CriticLR are the learning rates of the step (the first
+	// parameter group's).
+	ActorLR, CriticLR float64
+	// TrainSeconds is this step's training time (actor, critic and
+	// unsupervised passes); TrainTokens counts the B·S sequence tokens of
+	// the experience micro-batch (plus the unsupervised batch's).
+	TrainSeconds float64
+	TrainTokens  int
+}
+
+// means are the metrics of a round's PPO iterations, averaged: the
+// record names and each step's values.
+func (s StepStats) means() map[string]float64 {
+	return map[string]float64{"actor_loss": s.ActorLoss, "critic_loss": s.CriticLoss, "unsup_loss": s.UnsupLoss,
+		"actor_clipfrac": s.ActorClipFrac, "critic_clipfrac": s.CriticClipFrac,
+		"actor_grad_norm": s.ActorGradNorm, "critic_grad_norm": s.CriticGradNorm, "unsup_grad_norm": s.UnsupGradNorm}
+}
+
+// UnsupBatch is a batch of the unsupervised dataset for mixture training:
+// IDs and Mask [B,T], Targets as model.Batch's (nil: model.ShiftLabels of
+// IDs, with IgnoreIndex at padding).
+type UnsupBatch struct {
+	B, T               int
+	IDs, Mask, Targets []int32
+}
+
+// TrainStep is one PPO iteration of DeepSpeed-Chat's train_rlhf on a
+// micro-batch (and, with unsup not nil, train_unsupervised): the
+// advantages and returns of Estimate; the actor's forward, clipped
+// surrogate loss and backward; the critic's forward, clipped value loss and
+// backward; then — only when both losses and both gradient norms are
+// finite — the actor's clipped AdamW step with the EMA update and the
+// critic's step. With an unsupervised batch, an actor step on UnsupCoef ×
+// its LM loss follows (checked the same way, then another EMA update).
+// Both models' schedules are at this iteration's value. A non-finite loss
+// or norm returns a *train.NonFiniteError with no weight changed by the
+// failing update. Callers run it Config.PPOEpochs times per batch of
+// experience.
+func (t *Trainer) TrainStep(bt *Batch, unsup *UnsupBatch) (StepStats, error) {
+	start := time.Now()
+	iter := int(t.steps)
+	t.steps++
+	exp, s := bt.Exp, bt.Exp.Shape
+	B, S := s.B, bt.S
+	if S != s.T+1 || len(bt.Seq) != B*S || len(bt.Attn) != B*S {
+		return StepStats{}, fmt.Errorf("ppo: batch of %d×%d sequences for experience shape %+v", len(bt.Seq), S, s)
+	}
+	est := Estimate(t.cfg, exp)
+	var st StepStats
+	targets := model.ShiftLabels(bt.Seq, B, S)
+	st.TrainTokens = B * S
+
+	// Actor: forward, loss, backward.
+	e := t.m.Actor
+	e.Train()
+	actor, err := e.Model()
+	if err != nil {
+		return st, err
+	}
+	a, err := t.trainActs(siteActorTrain, B, S)
+	if err != nil {
+		return st, err
+	}
+	if err := actor.Forward(a, model.Batch{IDs: bt.Seq, Mask: bt.Attn, Targets: targets, Seed: t.seed(1)}); err != nil {
+		return st, fmt.Errorf("ppo: actor forward: %w", err)
+	}
+	l, err := actor.Losses(a)
+	if err != nil {
+		return st, err
+	}
+	dlogp := make([]float32, s.B*s.T)
+	st.ActorLoss, st.ActorClipFrac = ActorLoss(dlogp, LogProbs(l, B, S), exp.LogProbs, est.Advantages, exp.Mask, s, t.cfg.ClipRange)
+	if err := actor.Backward(a, ActorGrad(dlogp, s.B, s.T)); err != nil {
+		return st, fmt.Errorf("ppo: actor backward: %w", err)
+	}
+
+	// Critic: forward, loss, backward.
+	c := t.m.Critic
+	ca := t.acts.get(siteCriticTrain, c, B, S, model.ActsOptions{Train: true, Dropout: t.opts.CriticDropout,
+		Checkpoint: t.opts.CriticCheckpointing, NoLogits: true})
+	if err := c.Forward(ca, model.Batch{IDs: bt.Seq, Mask: bt.Attn, Seed: t.seed(2)}); err != nil {
+		return st, fmt.Errorf("ppo: critic forward: %w", err)
+	}
+	v, err := c.Values(ca)
+	if err != nil {
+		return st, err
+	}
+	dv := make([]float32, s.B*s.T)
+	st.CriticLoss, st.CriticClipFrac = CriticLoss(dv, DropLast(v, B, S), est.OldValues, est.Returns, exp.Mask, s, t.cfg.ClipRangeValue)
+	if err := c.Backward(ca, CriticGrad(dv, s.B, s.T)); err != nil {
+		return st, fmt.Errorf("ppo: critic backward: %w", err)
+	}
+
+	// Both updates, once everything is known to be finite.
+	if err := finite("actor loss", st.ActorLoss); err != nil {
+		return st, err
+	}
+	if err := finite("critic loss", st.CriticLoss); err != nil {
+		return st, err
+	}
+	if st.ActorGradNorm, err = t.actorOpt.Norm(1); err != nil {
+		return st, named(err, "actor gradient norm")
+	}
+	if st.CriticGradNorm, err = t.criticOpt.Norm(1); err != nil {
+		return st, named(err, "critic gradient norm")
+	}
+	u, err := t.actorOpt.Apply(iter, 1, st.ActorGradNorm)
+	if err != nil {
+		return st, err
+	}
+	st.ActorLR = u.LR
+	if err := t.updateEMA(actor); err != nil {
+		return st, err
+	}
+	if u, err = t.criticOpt.Apply(iter, 1, st.CriticGradNorm); err != nil {
+		return st, err
+	}
+	st.CriticLR = u.LR
+
+	// Mixture training.
+	if unsup != nil {
+		loss, norm, err := t.unsupStep(actor, unsup, iter)
+		st.UnsupLoss, st.UnsupGradNorm = loss, norm
+		if err != nil {
+			return st, err
+		}
+		st.TrainTokens += unsup.B * unsup.T
+	}
+	st.TrainSeconds = time.Since(start).Seconds()
+	return st, nil
+}
+
+// unsupStep is DeepSpeed-Chat's train_unsupervised on one batch: the actor's
+// mean LM loss, backward of UnsupCoef × loss, the finite check, clipping,
+// the step at schedule step iter, EMA. It returns the unscaled loss and the
+// gradient norm.
+func (t *Trainer) unsupStep(actor *model.Model, u *UnsupBatch, iter int) (loss, norm float64, err error) {
+	if len(u.IDs) != u.B*u.T || (u.Mask != nil && len(u.Mask) != u.B*u.T) {
+		return 0, 0, fmt.Errorf("ppo: unsupervised batch of %d ids, want [%d,%d]", len(u.IDs), u.B, u.T)
+	}
+	targets := u.Targets
+	if targets == nil {
+		targets = model.ShiftLabels(u.IDs, u.B, u.T)
+		if u.Mask != nil {
+			for b := range u.B {
+				for i := range u.T - 1 {
+					if u.Mask[b*u.T+i+1] == 0 {
+						targets[b*u.T+i] = model.IgnoreIndex
+					}
+				}
+			}
+		}
+	}
+	a, err := t.trainActs(siteUnsup, u.B, u.T)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := actor.Forward(a, model.Batch{IDs: u.IDs, Mask: u.Mask, Targets: targets, Seed: t.seed(3)}); err != nil {
+		return 0, 0, fmt.Errorf("ppo: unsupervised forward: %w", err)
+	}
+	l32, _, err := actor.MeanLoss(a)
+	if err != nil {
+		return 0, 0, err
+	}
+	loss = float64(l32)
+	if err := finite("unsupervised loss", loss); err != nil {
+		return loss, 0, err
+	}
+	g := actor.MeanLossGrad(a)
+	for i := range g.DLosses {
+		g.DLosses[i] *= float32(t.cfg.UnsupCoef)
+	}
+	if err := actor.Backward(a, g); err != nil {
+		return 0, 0, fmt.Errorf("ppo: unsupervised backward: %w", err)
+	}
+	u2, err := t.actorOpt.Step(iter, 1)
+	if err != nil {
+		return loss, u2.GradNorm, named(err, "actor gradient norm (unsupervised)")
+	}
+	return loss, u2.GradNorm, t.updateEMA(actor)
+}
+
+// updateEMA folds the actor's trained weights into the EMA.
+func (t *Trainer) updateEMA(actor *model.Model) error {
+	d := actor.Dev
+	if t.emaFlat != nil {
+		if err := EMAUpdate(d, t.emaFlat, actor.Params.Flat, t.cfg.EMABeta); err != nil {
+			return err
+		}
+	}
+	if t.emaLoRA != nil {
+		if err := EMAUpdate(d, t.emaLoRA, t.m.ActorLoRA.Params, t.cfg.EMABeta); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seed keys the dropout of one pass (site) of the current step.
+func (t *Trainer) seed(site uint64) uint64 {
+	return t.opts.Seed ^ (t.steps*4+site)*0x9E3779B97F4A7C15
+}
+
+// finite returns a *train.NonFiniteError for a NaN or Inf value.
+func finite(what string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return &train.NonFiniteError{What: what}
+	}
+	return nil
+}
+
+// named renames the quantity of a *train.NonFiniteError.
+func named(err error, what string) error {
+	if nf, ok := err.(*train.NonFiniteError); ok {
+		nf.What = what
+	}
+	return err
+}
+
+// Passes whose activation buffers are kept between calls.
+const (
+	siteActorLogp = iota
+	siteRefLogp
+	siteCriticValues
+	siteActorTrain
+	siteCriticTrain
+	siteUnsup
+	numSites
+)
+
+// trainActs returns the actor's training activations for [b,s] (the
+// engine's options: gradient checkpointing), reused between calls.
+func (t *Trainer) trainActs(site, b, s int) (*model.Acts, error) {
+	actor, err := t.m.Actor.Model()
+	if err != nil {
+		return nil, err
+	}
+	opts, err := t.m.Actor.TrainActsOptions(model.ActsOptions{Dropout: t.opts.ActorDropout})
+	if err != nil {
+		return nil, err
+	}
+	return t.acts.get(site, actor, b, s, opts), nil
+}
+
+// actsCache keeps one set of activation buffers per pass, reused by the
+// next call with the same model and options (model.ReuseActs grows them
+// when a batch is larger), so the four forwards and three training passes
+// of a step do not allocate their buffers (fp32 logits [B·S,V] among them)
+// again on every call.
+type actsCache struct {
+	acts  [numSites]*model.Acts
+	owner [numSites]*model.Model
+}
+
+func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptions) *model.Acts {
+	prev := c.acts[site]
+	if c.owner[site] != m {
+		prev = nil
+	}
+	a := m.ReuseActs(prev, b, s, opts)
+	c.acts[site], c.owner[site] = a, m
+	return a
+}

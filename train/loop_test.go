@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -262,5 +264,32 @@ func TestPlotMetrics(t *testing.T) {
 	}
 	if len(files) != 3 {
 		t.Errorf("plots %v, want loss, lr and grad_norm", files)
+	}
+}
+
+// TestResumeFromOldCheckpoint: a save interrupted between its two renames
+// leaves only checkpoint.old; --resume uses it instead of starting afresh.
+func TestResumeFromOldCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s := newLin(t, 37, 5)
+	if _, err := Run(context.Background(), s.dev, baseConfig(dir), s, s.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, CheckpointDir), filepath.Join(dir, CheckpointDir+".old")); err != nil {
+		t.Fatal(err)
+	}
+	if !HasCheckpoint(dir) {
+		t.Fatal("checkpoint.old not found")
+	}
+	s2 := newLin(t, 37, 5)
+	cfg := baseConfig(dir)
+	cfg.Resume = true
+	res, err := Run(context.Background(), s2.dev, cfg, s2, s2.trainable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.calls != 0 || res.Steps != 15 || !slices.Equal(weights(s), weights(s2)) {
+		t.Errorf("resume from checkpoint.old: %d micro-batches recomputed, %d steps, weights equal %v",
+			s2.calls, res.Steps, slices.Equal(weights(s), weights(s2)))
 	}
 }

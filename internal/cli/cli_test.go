@@ -182,3 +182,41 @@ func TestRecipes(t *testing.T) {
 		t.Errorf("unknown recipe: code %d", code)
 	}
 }
+
+// TestPPODropoutFlags: step 3 trains without dropout unless asked
+// (--actor-dropout, --critic-dropout); DeepSpeed-Chat's --disable-*
+// flags are accepted and contradict the enabling ones.
+func TestPPODropoutFlags(t *testing.T) {
+	base := []string{"--actor", "a", "--critic", "c", "--data", "d", "--output-dir", "o"}
+	for _, c := range []struct {
+		args          []string
+		actor, critic bool
+		err           string
+	}{
+		{nil, false, false, ""},
+		{[]string{"--disable-actor-dropout", "--disable-critic-dropout"}, false, false, ""},
+		{[]string{"--actor-dropout"}, true, false, ""},
+		{[]string{"--critic-dropout"}, false, true, ""},
+		{[]string{"--actor-dropout", "--disable-actor-dropout"}, false, false, "exclude each other"},
+	} {
+		var got *PPOOptions
+		cmd := newPPOCmd(&Globals{}, func(o *PPOOptions) error { got = o; return nil })
+		cmd.SetArgs(append(append([]string{}, base...), c.args...))
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.Execute()
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", c.args, err)
+			continue
+		}
+		if got.ActorDropout != c.actor || got.CriticDropout != c.critic {
+			t.Errorf("%v: actor dropout %v, critic dropout %v; want %v, %v", c.args, got.ActorDropout, got.CriticDropout, c.actor, c.critic)
+		}
+	}
+}

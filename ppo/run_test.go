@@ -320,3 +320,51 @@ func TestCheckLengths(t *testing.T) {
 		t.Errorf("error %v, want the actor's limit", err)
 	}
 }
+
+// TestRoundMetrics: the reward-score EMA moves once per round (not once
+// per PPO iteration and epoch), from the mean raw score of all the round's
+// answers, and answer_accuracy counts every batch of the round.
+func TestRoundMetrics(t *testing.T) {
+	r := newRunRig(t, false)
+	cfg := runConfig(t.TempDir())
+	cfg.TrainBatch, cfg.MaxSteps, cfg.SaveEvery = 1, 4, 0 // many iterations per round, two rounds
+	var scores []float64
+	cfg.Score = func(_, answer []int32) float32 {
+		v := float32(len(answer)) + float32(len(scores))/8
+		scores = append(scores, float64(v))
+		return v
+	}
+	graded := 0
+	r.d.Check = func(_, _ []int32) (bool, bool) { graded++; return graded%2 == 0, true }
+	if _, err := Run(context.Background(), r.dev, cfg, r.m, r.d); err != nil {
+		t.Fatal(err)
+	}
+	recs := metricsWithoutTimes(t, cfg.Dir)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	// Each round has two generation batches of 3 prompts (rows with at
+	// most one answer token are dropped before scoring).
+	n0 := 0
+	for _, rec := range recs[:1] {
+		n0 = int(6 - rec["dropped_rows"])
+	}
+	m0, m1 := meanF(scores[:n0]), meanF(scores[n0:])
+	a := cfg.ScoreEMAAlpha
+	for i, c := range []struct{ score, ema float64 }{{m0, m0}, {m1, a*m0 + (1-a)*m1}} {
+		if math.Abs(recs[i]["reward_score"]-c.score) > 1e-6 || math.Abs(recs[i]["reward_score_ema"]-c.ema) > 1e-6 {
+			t.Errorf("round %d: reward_score %v, ema %v; want %v, %v", i+1, recs[i]["reward_score"], recs[i]["reward_score_ema"], c.score, c.ema)
+		}
+	}
+	if recs[0]["ppo_steps"] < 4 || recs[0]["answer_accuracy"] != 0.5 {
+		t.Errorf("round 1: %v PPO steps, accuracy %v over both batches", recs[0]["ppo_steps"], recs[0]["answer_accuracy"])
+	}
+}
+
+func meanF(x []float64) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}

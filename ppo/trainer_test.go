@@ -528,8 +528,11 @@ func TestTrainerLoRA(t *testing.T) {
 	if slices.Equal(lora0, lora1) {
 		t.Error("adapters unchanged")
 	}
-	if _, le := tr.EMA(); le == nil || le.Len() != lo.NumParams() {
-		t.Error("no EMA adapter buffer")
+	if fe, le := tr.EMA(); le == nil || le.Len() != lo.NumParams() || fe != nil {
+		t.Error("want an EMA of the adapters only (the frozen base is its own EMA)")
+	}
+	if actor.GradElems() != 0 {
+		t.Errorf("frozen actor allocated %d gradient elements", actor.GradElems())
 	}
 }
 

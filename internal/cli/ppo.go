@@ -69,9 +69,9 @@ type PPOOptions struct {
 	UnsupData         string
 	UnsupColumn       string
 	split             data.Split
-	// check grades an answer to a prompt (the demo's exact checker); with
-	// it, each step logs answer_accuracy, the fraction of sampled answers
-	// that are right. ok is false for a prompt it cannot grade.
+	// check grades an answer to a prompt (a recipe generator's checker);
+	// with it, each round logs answer_accuracy, the fraction of sampled
+	// answers that are right. ok is false for a prompt it cannot grade.
 	check func(prompt, answer string) (right, ok bool)
 }
 

@@ -169,7 +169,9 @@ func (t *Trainer) unsupStep(actor *model.Model, u *UnsupBatch, iter int) (loss, 
 			}
 		}
 	}
-	a, err := t.trainActs(siteUnsup, u.B, u.T)
+	// The PPO pass is done with its activations: the mixture pass reuses
+	// them (grown to the larger shape) instead of holding a second set.
+	a, err := t.trainActs(siteActorTrain, u.B, u.T)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -242,7 +244,6 @@ const (
 	siteCriticValues
 	siteActorTrain
 	siteCriticTrain
-	siteUnsup
 	numSites
 )
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -218,5 +219,44 @@ func TestPPODropoutFlags(t *testing.T) {
 		if got.ActorDropout != c.actor || got.CriticDropout != c.critic {
 			t.Errorf("%v: actor dropout %v, critic dropout %v; want %v, %v", c.args, got.ActorDropout, got.CriticDropout, c.actor, c.critic)
 		}
+	}
+	// The round's shape reaches the PPO configuration ppo.Run reads.
+	var got *PPOOptions
+	cmd := newPPOCmd(&Globals{}, func(o *PPOOptions) error { got = o; return nil })
+	cmd.SetArgs(append(append([]string{}, base...), "--generation-batches", "3", "--ppo-epochs", "2"))
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Config.GenerationBatches != 3 || got.Config.PPOEpochs != 2 {
+		t.Errorf("ppo.Config has %d generation batches and %d PPO epochs, want 3 and 2", got.Config.GenerationBatches, got.Config.PPOEpochs)
+	}
+}
+
+// TestNonFiniteFlagsRefused: a NaN or Inf in any floating-point flag is a
+// usage error naming the flag, before anything is written (an Inf in
+// run.json made the run impossible to resume), from the command line and
+// from a recipe.
+func TestNonFiniteFlagsRefused(t *testing.T) {
+	dir := t.TempDir()
+	recipe := filepath.Join(dir, "r.yaml")
+	if err := os.WriteFile(recipe, []byte("steps:\n  sft: {learning-rate: .inf}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"sft", "--model", "m", "--data", "d", "--output-dir", dir, "--max-grad-norm", "Inf"}, "--max-grad-norm"},
+		{[]string{"reward", "--model", "m", "--data", "d", "--output-dir", dir, "--weight-decay", "NaN"}, "--weight-decay"},
+		{[]string{"ppo", "--actor", "a", "--critic", "c", "--data", "d", "--output-dir", dir, "--unsup-coef", "-Inf"}, "--unsup-coef"},
+		{[]string{"train", "--actor", "a", "--reward", "r", "--recipe", recipe, "--output-dir", dir}, "--learning-rate"},
+	} {
+		_, errOut, code := run(t, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.flag) || !strings.Contains(errOut, "finite") {
+			t.Errorf("%v: code %d, %s", c.args, code, lastLine(errOut))
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 { // the recipe only
+		t.Errorf("files written: %v", entries)
 	}
 }

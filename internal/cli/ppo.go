@@ -101,8 +101,14 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageErrorf("--data is required")
 			case o.OutputDir == "":
 				return usageErrorf("--output-dir is required")
-			case o.GenBatch < 1 || o.TrainBatch < 1 || o.GenerationBatches < 1 || o.PPOEpochs < 1:
-				return usageErrorf("batch sizes, --generation-batches and --ppo-epochs must be >= 1")
+			case o.GenBatch < 1:
+				return usageErrorf("--per-device-generation-batch-size must be >= 1, got %d", o.GenBatch)
+			case o.TrainBatch < 1:
+				return usageErrorf("--per-device-training-batch-size must be >= 1, got %d", o.TrainBatch)
+			case o.GenerationBatches < 1 || o.PPOEpochs < 1:
+				return usageErrorf("--generation-batches and --ppo-epochs must be >= 1")
+			case o.Warmup < 0:
+				return usageErrorf("--num-warmup-steps must be >= 0, got %d", o.Warmup)
 			case o.MaxPromptLen < 1 || o.MaxAnswerLen < 2:
 				return usageErrorf("--max-prompt-seq-len must be >= 1 and --max-answer-seq-len >= 2")
 			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
@@ -122,6 +128,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageError{err}
 			}
 			o.Config.ActorLR, o.Config.CriticLR = o.ActorLR, o.CriticLR
+			o.Config.GenerationBatches, o.Config.PPOEpochs = o.GenerationBatches, o.PPOEpochs
 			if err := o.Config.Validate(); err != nil {
 				return usageError{err}
 			}

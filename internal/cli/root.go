@@ -8,15 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes.
@@ -92,6 +95,9 @@ func newRootCmd(g *Globals) *cobra.Command {
 				return usageError{err}
 			}
 			g.Log = log
+			if err := checkFiniteFlags(cmd.Flags()); err != nil {
+				return err
+			}
 			if g.Threads < 0 {
 				return usageErrorf("--threads must be >= 0, got %d", g.Threads)
 			}
@@ -168,4 +174,22 @@ func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// checkFiniteFlags refuses a NaN or infinite value in any floating-point
+// flag, naming it: no learning rate, clipping norm or coefficient of
+// gochat means anything there, and an Inf recorded in run.json could not
+// be resumed.
+func checkFiniteFlags(fs *pflag.FlagSet) error {
+	var bad error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if bad != nil || (f.Value.Type() != "float64" && f.Value.Type() != "float32") {
+			return
+		}
+		v, err := strconv.ParseFloat(f.Value.String(), 64)
+		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			bad = usageErrorf("--%s must be a finite number, got %s", f.Name, f.Value.String())
+		}
+	})
+	return bad
 }

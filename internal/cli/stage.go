@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -162,8 +163,14 @@ func (o *StageOptions) check(runF func(*StageOptions) error) error {
 		return usageErrorf("--output-dir is required")
 	case o.MaxSeqLen < 2:
 		return usageErrorf("--max-seq-len must be >= 2")
-	case o.TrainBatch < 1 || o.EvalBatch < 1:
-		return usageErrorf("batch sizes must be >= 1")
+	case o.TrainBatch < 1:
+		return usageErrorf("--per-device-train-batch-size must be >= 1, got %d", o.TrainBatch)
+	case o.EvalBatch < 1:
+		return usageErrorf("--per-device-eval-batch-size must be >= 1, got %d", o.EvalBatch)
+	case o.Warmup < 0:
+		return usageErrorf("--num-warmup-steps must be >= 0, got %d", o.Warmup)
+	case o.SaveInterval < 0 || o.EvalInterval < 0:
+		return usageErrorf("--save-interval and --eval-interval must be >= 0 (0: each epoch / at the end)")
 	case o.LoRADim < 0:
 		return usageErrorf("--lora-dim must be >= 0")
 	case o.OnlyLoRA && o.LoRADim == 0:
@@ -239,7 +246,10 @@ func prepareRunDir(g *Globals, dir string, options any, resume, overwrite bool) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("create --output-dir: %w", err)
 	}
-	rec, _ := json.MarshalIndent(map[string]any{"fingerprint": fp, "options": options}, "", "  ")
+	rec, err := json.MarshalIndent(map[string]any{"fingerprint": fp, "options": options}, "", "  ")
+	if err != nil {
+		return false, fmt.Errorf("record the run in %s: %w", path, err)
+	}
 	return resume, writeFileAtomic(path, rec)
 }
 
@@ -448,7 +458,10 @@ func checkScheduleAndSplit(schedule, split string) (data.Split, error) {
 		return nil, usageErrorf("--lr-scheduler-type: %v", err)
 	}
 	sp, err := data.ParseSplit(split)
-	if err != nil || len(sp) != 3 {
+	switch {
+	case err != nil && strings.Count(split, ",") == 2:
+		return nil, usageErrorf("--data-split: %v (want three proportions like 2,4,4, not all zero)", err)
+	case err != nil || len(sp) != 3:
 		return nil, usageErrorf("--data-split %q: want three proportions like 2,4,4", split)
 	}
 	return sp, nil

@@ -707,6 +707,11 @@ steps:
 	if _, ok := want[0]["unsup_loss"]; !ok {
 		t.Error("step-3 metrics lack unsup_loss (mixture training)")
 	}
+	// 2 generation batches of 2 prompts, micro-batches of 1 row, 2 PPO
+	// epochs: more than 4 iterations a round only if both took effect.
+	if want[0]["ppo_steps"] < 5 {
+		t.Errorf("round 1 ran %v PPO iterations; --generation-batches 2 --ppo-epochs 2 not in effect", want[0]["ppo_steps"])
+	}
 	for i := range want {
 		for _, k := range []string{"step", "reward_score", "reward_score_ema", "kl", "actor_loss", "critic_loss", "unsup_loss", "actor_lr"} {
 			if got[i][k] != want[i][k] {

@@ -238,6 +238,9 @@ func (o *TrainOptions) prepare(st stepRun, args []string) error {
 			return usageError{err}
 		}
 	}
+	if err := checkFiniteFlags(fs); err != nil {
+		return usageErrorf("step %d: %v", st.n, err)
+	}
 	// RunE validates the options and hands them to the runF captured above.
 	return c.RunE(c, nil)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/tensor"
@@ -186,11 +188,42 @@ func CheckpointFingerprint(dir string) (string, error) {
 	return st.Fingerprint, err
 }
 
+// RemoveCheckpoint deletes dir's checkpoint once a run's outputs are
+// complete. It first renames it to a temporary name (which the next start
+// cleans up if the removal is killed), so dir never holds a half-deleted
+// checkpoint that --resume would refuse.
+func RemoveCheckpoint(dir string) error {
+	tmp := filepath.Join(dir, ".checkpoint-removed")
+	os.RemoveAll(tmp)
+	if err := os.Rename(filepath.Join(dir, CheckpointDir), tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.RemoveAll(tmp)
+}
+
+// removePartialCheckpoints deletes the temporary folders of saves that
+// were killed before their rename (SaveState writes into .checkpoint-*):
+// they are never complete, and each is the size of a checkpoint.
+func removePartialCheckpoints(dir string, log zerolog.Logger) {
+	partial, _ := filepath.Glob(filepath.Join(dir, ".checkpoint-*"))
+	for _, p := range partial {
+		if err := os.RemoveAll(p); err != nil {
+			log.Warn().Err(err).Str("dir", p).Msg("partial checkpoint not removed")
+			continue
+		}
+		log.Info().Str("dir", p).Msg("removed the partial checkpoint of an interrupted save")
+	}
+}
+
 // loadCheckpoint restores the state saved in cfg.Dir into st. ok is false
 // when there is no checkpoint (a fresh start); rows is the number of
 // metrics records the checkpoint covers.
 func loadCheckpoint(dev kernels.Device, cfg Config, st RoundStage) (pos position, rows int, ok bool, err error) {
 	if !HasCheckpoint(cfg.Dir) {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, CheckpointDir)); err == nil {
+			return position{}, 0, false, fmt.Errorf("checkpoint in %s is incomplete (no %s); remove it to start afresh, or pass --overwrite",
+				filepath.Join(cfg.Dir, CheckpointDir), stateRecord)
+		}
 		return position{}, 0, false, nil
 	}
 	var ck ckptState

@@ -301,10 +301,16 @@ func RunRounds(ctx context.Context, dev kernels.Device, cfg Config, st RoundStag
 		cfg.ProgressKey = "loss"
 	}
 	l := &loop{ctx: ctx, dev: dev, cfg: cfg, st: st, res: &Result{}, start: time.Now()}
+	if cfg.Dir != "" {
+		removePartialCheckpoints(cfg.Dir, cfg.Log)
+	}
 	if cfg.Resume {
 		pos, rows, ok, err := loadCheckpoint(dev, cfg, st)
 		if err != nil {
 			return nil, err
+		}
+		if !ok {
+			cfg.Log.Warn().Str("dir", cfg.Dir).Msg("--resume: no checkpoint there; starting from step 1")
 		}
 		if ok {
 			l.pos = pos

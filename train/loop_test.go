@@ -293,3 +293,33 @@ func TestResumeFromOldCheckpoint(t *testing.T) {
 			s2.calls, res.Steps, slices.Equal(weights(s), weights(s2)))
 	}
 }
+
+// TestResumeCleansAndRefuses: the temporary folder of a killed save is
+// removed at the next start; a checkpoint folder without its state.json is
+// refused under --resume instead of silently starting over.
+func TestResumeCleansAndRefuses(t *testing.T) {
+	dir := t.TempDir()
+	s := newLin(t, 37, 5)
+	if _, err := Run(context.Background(), s.dev, baseConfig(dir), s, s.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	partial := filepath.Join(dir, ".checkpoint-123")
+	if err := os.MkdirAll(partial, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(dir)
+	cfg.Resume = true
+	if _, err := Run(context.Background(), s.dev, cfg, s, s.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(partial); err == nil {
+		t.Error("partial checkpoint left behind")
+	}
+	if err := os.Remove(filepath.Join(dir, CheckpointDir, stateRecord)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), s.dev, cfg, s, s.trainable())
+	if err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Errorf("error %v, want an incomplete checkpoint refused", err)
+	}
+}

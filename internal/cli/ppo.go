@@ -314,7 +314,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	}
 	// The outputs are complete: the checkpoint (the size of two models and
 	// their optimizers) has served its purpose.
-	if err := os.RemoveAll(filepath.Join(o.OutputDir, train.CheckpointDir)); err != nil {
+	if err := train.RemoveCheckpoint(o.OutputDir); err != nil {
 		log.Warn().Err(err).Msg("checkpoint not removed")
 	}
 	if _, err := train.PlotMetrics(filepath.Join(o.OutputDir, train.MetricsFile), o.OutputDir); err != nil {

@@ -260,3 +260,25 @@ func TestNonFiniteFlagsRefused(t *testing.T) {
 		t.Errorf("files written: %v", entries)
 	}
 }
+
+// TestIntFlagErrorsNameTheFlag: out-of-range integer flags are refused
+// naming the flag and the value.
+func TestIntFlagErrorsNameTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sft", "--model", "m", "--data", "d", "--output-dir", dir, "--per-device-train-batch-size", "0"}, "--per-device-train-batch-size must be >= 1, got 0"},
+		{[]string{"reward", "--model", "m", "--data", "d", "--output-dir", dir, "--num-warmup-steps", "-3"}, "--num-warmup-steps must be >= 0, got -3"},
+		{[]string{"sft", "--model", "m", "--data", "d", "--output-dir", dir, "--save-interval", "-1"}, "--save-interval must be >= 0"},
+		{[]string{"ppo", "--actor", "a", "--critic", "c", "--data", "d", "--output-dir", dir, "--per-device-generation-batch-size", "-2"}, "--per-device-generation-batch-size must be >= 1, got -2"},
+		{[]string{"ppo", "--actor", "a", "--critic", "c", "--data", "d", "--output-dir", dir, "--ppo-epochs", "0"}, "--ppo-epochs must be >= 1"},
+		{[]string{"sft", "--model", "m", "--data", "d", "--output-dir", dir, "--data-split", "0,0,0"}, "sum to zero"},
+	} {
+		_, errOut, code := run(t, c.args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: code %d, %s; want %q", c.args, code, lastLine(errOut), c.want)
+		}
+	}
+}

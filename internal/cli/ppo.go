@@ -101,16 +101,6 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageErrorf("--data is required")
 			case o.OutputDir == "":
 				return usageErrorf("--output-dir is required")
-			case o.GenBatch < 1:
-				return usageErrorf("--per-device-generation-batch-size must be >= 1, got %d", o.GenBatch)
-			case o.TrainBatch < 1:
-				return usageErrorf("--per-device-training-batch-size must be >= 1, got %d", o.TrainBatch)
-			case o.GenerationBatches < 1 || o.PPOEpochs < 1:
-				return usageErrorf("--generation-batches and --ppo-epochs must be >= 1")
-			case o.Warmup < 0:
-				return usageErrorf("--num-warmup-steps must be >= 0, got %d", o.Warmup)
-			case o.MaxPromptLen < 1 || o.MaxAnswerLen < 2:
-				return usageErrorf("--max-prompt-seq-len must be >= 1 and --max-answer-seq-len >= 2")
 			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
 				return usageErrorf("--only-optimize-lora needs --actor-lora-dim or --critic-lora-dim")
 			case o.SaveInterval < 0:
@@ -123,6 +113,11 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageErrorf("--critic-dropout and --disable-critic-dropout exclude each other")
 			}
 			f := cmd.Flags()
+			if err := flagsBelow(f, flagMin{"per-device-generation-batch-size", 1}, flagMin{"per-device-training-batch-size", 1},
+				flagMin{"generation-batches", 1}, flagMin{"ppo-epochs", 1}, flagMin{"num-warmup-steps", 0},
+				flagMin{"max-prompt-seq-len", 1}, flagMin{"max-answer-seq-len", 2}); err != nil {
+				return err
+			}
 			o.Sample.Greedy = f.Changed("greedy")
 			if err := o.Sample.Validate(); err != nil {
 				return usageError{err}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/kernels"
@@ -84,11 +85,11 @@ checkpoint/ for --resume.
 way instruction tuning is usually done: the prompt is given, the model learns
 to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.LossOn != "response" && opts.LossOn != "all" {
 				return usageErrorf("--loss-on %q: want response or all", opts.LossOn)
 			}
-			return opts.check(runF)
+			return opts.check(cmd.Flags(), runF)
 		},
 	}
 	opts.bind(cmd, 9.65e-6, 0)
@@ -108,7 +109,7 @@ score > rejected score) and the mean chosen and rejected scores. The output is
 a Hugging Face directory with v_head.weight beside the decoder weights, plus
 metrics, plots and checkpoint/ as for sft.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error { return opts.check(runF) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return opts.check(cmd.Flags(), runF) },
 	}
 	opts.bind(cmd, 5e-5, 0.1)
 	return cmd
@@ -153,7 +154,12 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.StringVar(&o.Columns.Rejected, "rejected-column", "rejected", "rejected-response column of generic files")
 }
 
-func (o *StageOptions) check(runF func(*StageOptions) error) error {
+func (o *StageOptions) check(fs *pflag.FlagSet, runF func(*StageOptions) error) error {
+	if err := flagsBelow(fs, flagMin{"max-seq-len", 2}, flagMin{"per-device-train-batch-size", 1},
+		flagMin{"per-device-eval-batch-size", 1}, flagMin{"num-warmup-steps", 0}, flagMin{"save-interval", 0},
+		flagMin{"eval-interval", 0}); err != nil {
+		return err
+	}
 	switch {
 	case o.Model == "":
 		return usageErrorf("--model is required")
@@ -161,16 +167,6 @@ func (o *StageOptions) check(runF func(*StageOptions) error) error {
 		return usageErrorf("--data is required")
 	case o.OutputDir == "":
 		return usageErrorf("--output-dir is required")
-	case o.MaxSeqLen < 2:
-		return usageErrorf("--max-seq-len must be >= 2")
-	case o.TrainBatch < 1:
-		return usageErrorf("--per-device-train-batch-size must be >= 1, got %d", o.TrainBatch)
-	case o.EvalBatch < 1:
-		return usageErrorf("--per-device-eval-batch-size must be >= 1, got %d", o.EvalBatch)
-	case o.Warmup < 0:
-		return usageErrorf("--num-warmup-steps must be >= 0, got %d", o.Warmup)
-	case o.SaveInterval < 0 || o.EvalInterval < 0:
-		return usageErrorf("--save-interval and --eval-interval must be >= 0 (0: each epoch / at the end)")
 	case o.LoRADim < 0:
 		return usageErrorf("--lora-dim must be >= 0")
 	case o.OnlyLoRA && o.LoRADim == 0:
@@ -192,6 +188,23 @@ func (o *StageOptions) check(runF func(*StageOptions) error) error {
 		return runF(o)
 	}
 	return runStage(context.Background(), o)
+}
+
+// flagMin is an integer flag's smallest valid value.
+type flagMin struct {
+	name string
+	min  int
+}
+
+// flagsBelow returns a usage error naming the first integer flag below its
+// minimum.
+func flagsBelow(fs *pflag.FlagSet, mins ...flagMin) error {
+	for _, m := range mins {
+		if v, err := fs.GetInt(m.name); err == nil && v < m.min {
+			return usageErrorf("--%s must be >= %d, got %d", m.name, m.min, v)
+		}
+	}
+	return nil
 }
 
 // fingerprint identifies a run by the settings that change its result.

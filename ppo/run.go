@@ -119,8 +119,13 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 	if err != nil {
 		return nil, err
 	}
+	actor, err := m.Actor.Model()
+	if err != nil {
+		return nil, err
+	}
 	st := &stage{cfg: cfg, d: d, tr: tr, generate: tr.GenerateExperience, scoreEMA: ScoreEMA{Alpha: cfg.ScoreEMAAlpha},
-		col: data.Collator{T: d.PromptLen, PAD: d.PAD}, unsupCol: data.Collator{T: d.UnsupLen, PAD: d.PAD}}
+		col: data.Collator{T: d.PromptLen, PAD: d.PAD}, unsupCol: data.Collator{T: d.UnsupLen, PAD: d.PAD},
+		eos: int32(actor.Config.EOSTokenID)}
 	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).
 		Int("rounds", tcfg.TotalSteps()).Int("ppo_iterations", cfg.Iterations).Msg("step 3")
 	start := time.Now()
@@ -199,15 +204,16 @@ type stage struct {
 	col      data.Collator
 	unsupCol data.Collator
 	timing   Timing
+	eos      int32 // the actor's end-of-sequence id
+	round    roundState
+}
 
-	// The round so far: its experience and what it measured.
-	pending          []*Batch
-	gen              GenStats // summed over the round's batches
-	skipped          int
-	right, graded    int
-	scoreSum, lenSum float64
-	klSum            float64
-	rows, klBatches  int
+// roundState is what a round has gathered since its first batch: its
+// experience, the batches skipped and the grading of its answers.
+type roundState struct {
+	pending       []*Batch
+	skipped       int
+	right, graded int
 }
 
 // Batch generates the experience of generation batch k (prompts idx) and
@@ -226,46 +232,34 @@ func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, er
 	bt, err := s.generate(hybridengine.Prompts{B: pb.B, T: pb.T, IDs: pb.IDs, Mask: pb.Mask, Rows: rows})
 	if errors.Is(err, ErrNoAnswers) {
 		s.cfg.Log.Warn().Int("generation_batch", k).Msg("every answer had at most one token; batch skipped")
-		s.skipped++
+		s.round.skipped++
 		return train.BatchStats{}, nil
 	}
 	if err != nil {
 		return train.BatchStats{}, err
 	}
-	s.gen.add(bt.Gen)
-	for i, r := range bt.Kept {
-		s.scoreSum += float64(bt.RawScores[i])
-		s.lenSum += float64(bt.AnswerLens[i])
-		s.rows++
-		if s.d.Check != nil {
+	if s.d.Check != nil {
+		for _, r := range bt.Kept {
 			ans := bt.Rollout.Answer(r)
-			if n := len(ans); n > 0 && ans[n-1] == s.eos() {
+			if n := len(ans); n > 0 && ans[n-1] == s.eos {
 				ans = ans[:n-1]
 			}
 			if right, ok := s.d.Check(exs[r].IDs, ans); ok {
-				s.graded++
+				s.round.graded++
 				if right {
-					s.right++
+					s.round.right++
 				}
 			}
 		}
 	}
-	s.klSum += KL(bt.Exp.LogProbs, bt.Exp.RefLogProbs, bt.Exp.Mask, bt.Exp.Shape)
-	s.klBatches++
 	if s.cfg.PrintAnswers && s.d.Show != nil {
 		for i, r := range bt.Kept[:min(len(bt.Kept), 4)] {
 			p, a, _ := s.d.Show(exs[r].IDs, bt.Rollout.Answer(r))
 			s.cfg.Log.Info().Int("generation_batch", k).Str("prompt", p).Str("answer", a).Float32("score", bt.RawScores[i]).Msg("sample")
 		}
 	}
-	s.pending = append(s.pending, bt)
+	s.round.pending = append(s.round.pending, bt)
 	return train.BatchStats{}, nil
-}
-
-// eos is the actor's end-of-sequence id.
-func (s *stage) eos() int32 {
-	actor, _ := s.tr.m.Actor.Model()
-	return int32(actor.Config.EOSTokenID)
 }
 
 // Update trains PPOEpochs passes over the round's experience, in
@@ -277,7 +271,7 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 	var last StepStats
 	n, tokens, start := 0, 0, time.Now()
 	for range s.cfg.PPOEpochs {
-		for _, b := range s.pending {
+		for _, b := range s.round.pending {
 			rows := len(b.Kept)
 			for lo := 0; lo < rows; lo += s.cfg.TrainBatch {
 				if err := ctx.Err(); err != nil {
@@ -304,21 +298,32 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 		}
 	}
 	trainSecs := time.Since(start).Seconds()
-	g := s.gen
+	var g GenStats
+	var scores, lens, kl float64
+	rows := 0
+	for _, b := range s.round.pending {
+		g.add(b.Gen)
+		for i := range b.Kept {
+			scores += float64(b.RawScores[i])
+			lens += float64(b.AnswerLens[i])
+		}
+		rows += len(b.Kept)
+		kl += KL(b.Exp.LogProbs, b.Exp.RefLogProbs, b.Exp.Mask, b.Exp.Shape)
+	}
 	rec := map[string]float64{"generation_seconds": g.GenerateSeconds, "experience_seconds": g.ForwardSeconds,
-		"generated_tokens": float64(g.Tokens), "skipped_batches": float64(s.skipped), "dropped_rows": float64(g.Dropped)}
+		"generated_tokens": float64(g.Tokens), "skipped_batches": float64(s.round.skipped), "dropped_rows": float64(g.Dropped)}
 	if g.GenerateSeconds > 0 {
 		rec["generation_tokens_per_sec"] = g.TokensPerSecond()
 	}
-	if s.rows > 0 {
-		mean := s.scoreSum / float64(s.rows)
+	if rows > 0 {
+		mean := scores / float64(rows)
 		rec["reward_score"] = mean
 		rec["reward_score_ema"] = s.scoreEMA.Update(mean)
-		rec["answer_len"] = s.lenSum / float64(s.rows)
-		rec["kl"] = s.klSum / float64(s.klBatches)
+		rec["answer_len"] = lens / float64(rows)
+		rec["kl"] = kl / float64(len(s.round.pending))
 	}
-	if s.graded > 0 {
-		rec["answer_accuracy"] = float64(s.right) / float64(s.graded)
+	if s.round.graded > 0 {
+		rec["answer_accuracy"] = float64(s.round.right) / float64(s.round.graded)
 	}
 	if g.RewardTruncated > 0 {
 		rec["reward_truncated"] = float64(g.RewardTruncated)
@@ -344,13 +349,8 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 	s.timing.GeneratedTokens += g.Tokens
 	s.timing.TrainingSeconds += trainSecs
 	s.timing.TrainingTokens += tokens
-	s.resetRound()
+	s.round = roundState{pending: s.round.pending[:0]}
 	return rec, nil
-}
-
-func (s *stage) resetRound() {
-	*s = stage{cfg: s.cfg, d: s.d, tr: s.tr, generate: s.generate, scoreEMA: s.scoreEMA, col: s.col,
-		unsupCol: s.unsupCol, timing: s.timing, pending: s.pending[:0]}
 }
 
 // Evaluate: step 3 has no evaluation set.

@@ -270,10 +270,11 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		return err
 	}
 	models := ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm}
-	tok, err := tokenizer.Load(o.Tokenizer)
+	dt, tokEOS, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
 	if err != nil {
 		return err
 	}
+	tok := dt.t
 	endLen := 0
 	if o.EndText != "" {
 		endLen = len(tok.Encode(o.EndText, false))
@@ -282,7 +283,9 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		return usageError{err}
 	}
 	eos := int32(actor.Config.EOSTokenID)
-	d, err := o.loadData(actor, tok, eos)
+	dopts := data.Options{Split: o.split, Seed: uint32(o.Seed), MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen,
+		EOS: tokEOS, PAD: pad, Tokenizer: dt, TokenizerID: fp, CacheDir: dataCacheDir(o.DataCache)}
+	d, err := o.loadData(actor, tok, eos, dopts)
 	if err != nil {
 		return err
 	}
@@ -332,17 +335,17 @@ func rewardSequence(tok *tokenizer.Tokenizer, eos int32, endText string) func(pr
 	}
 }
 
-// loadData loads the phase-3 prompts and the unsupervised blocks, with the
-// decoder and answer checker of ppo.Data.
-func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos int32) (ppo.Data, error) {
-	prompts, err := o.loadPrompts()
+// loadData loads the phase-3 prompts and the unsupervised blocks (both
+// tokenized with dopts), with the texts and answer checker of ppo.Data.
+func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos int32, dopts data.Options) (ppo.Data, error) {
+	prompts, err := o.loadPrompts(dopts)
 	if err != nil {
 		return ppo.Data{}, err
 	}
 	d := ppo.Data{Prompts: prompts.Examples, PromptLen: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID),
 		Show: func(prompt, answer []int32) (string, string, error) { return reward.Texts(tok, prompt, answer, eos) }}
 	if o.UnsupData != "" {
-		set, err := o.loadUnsupervised()
+		set, err := o.loadUnsupervised(dopts)
 		if err != nil {
 			return ppo.Data{}, err
 		}
@@ -362,17 +365,13 @@ func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos 
 }
 
 // loadUnsupervised loads --unsupervised-dataset.
-func (o *PPOOptions) loadUnsupervised() (*data.Set, error) {
-	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
-	if err != nil {
-		return nil, err
-	}
+func (o *PPOOptions) loadUnsupervised(dopts data.Options) (*data.Set, error) {
 	ds, err := data.Resolve(o.UnsupData, data.ResolveOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--unsupervised-dataset: %w", err)
 	}
-	set, err := data.LoadUnsupervised(ds, o.UnsupColumn, data.Options{MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen,
-		EOS: eos, PAD: pad, Tokenizer: dt, TokenizerID: fp, CacheDir: dataCacheDir(o.DataCache)})
+	dopts.Split, dopts.Seed = nil, 0 // a plain-text train split, not cut into phases
+	set, err := data.LoadUnsupervised(ds, o.UnsupColumn, dopts)
 	if err != nil {
 		return nil, fmt.Errorf("--unsupervised-dataset %s: %w", o.UnsupData, err)
 	}
@@ -384,19 +383,12 @@ func (o *PPOOptions) loadUnsupervised() (*data.Set, error) {
 }
 
 // loadPrompts builds the phase-3 prompts.
-func (o *PPOOptions) loadPrompts() (*data.Set, error) {
-	dt, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
-	if err != nil {
-		return nil, err
-	}
+func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
 	dss, err := resolveData(o.Data, data.ResolveOptions{})
 	if err != nil {
 		return nil, err
 	}
-	cache := dataCacheDir(o.DataCache)
-	set, _, err := data.Load(dss, nil, data.PhasePPO, data.Options{Split: o.split, Seed: uint32(o.Seed),
-		MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen, EOS: eos, PAD: pad, Tokenizer: dt,
-		TokenizerID: fp, CacheDir: cache})
+	set, _, err := data.Load(dss, nil, data.PhasePPO, dopts)
 	if err != nil {
 		return nil, err
 	}

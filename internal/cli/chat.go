@@ -19,6 +19,7 @@ type ChatOptions struct {
 	Model        string
 	Tokenizer    string
 	MaxNewTokens int
+	DType        string
 	Sample       model.SampleOptions
 }
 
@@ -55,6 +56,7 @@ an answer become spaces).`,
 	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory")
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 128, "most tokens per answer")
+	bindDType(f, &opts.DType)
 	bindSampleFlags(f, &opts.Sample)
 	return cmd
 }

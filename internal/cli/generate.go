@@ -22,6 +22,7 @@ type GenerateOptions struct {
 	PromptIDs    string
 	Prompt       string
 	MaxNewTokens int
+	DType        string
 	Sample       model.SampleOptions
 	JSON         bool
 	ids          []int32
@@ -75,6 +76,7 @@ of tokens[i] under the full softmax at temperature 1.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory (config.json + weights)")
+	bindDType(f, &opts.DType)
 	f.StringVar(&opts.PromptIDs, "prompt-ids", "", "comma-separated prompt token ids")
 	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (tokenized with the model's tokenizer)")
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory for --prompt (default: --model)")

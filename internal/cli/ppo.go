@@ -55,6 +55,7 @@ type PPOOptions struct {
 	NoActorDropout    bool `json:"-"`
 	NoCriticDropout   bool `json:"-"`
 	MaxGradNorm       float64
+	DType             string `json:"dtype"`
 	EnableEMA         bool
 	KeepCache         bool `json:"-"`
 	PrintAnswers      bool `json:"-"`
@@ -146,6 +147,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Actor, "actor", "", "step-1 model directory (the actor and the frozen reference)")
+	bindDType(f, &o.DType)
 	f.StringVar(&o.Critic, "critic", "", "step-2 model directory (the critic's starting point)")
 	f.StringVar(&o.Reward, "reward", "", "reward model directory (default: --critic)")
 	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --actor)")

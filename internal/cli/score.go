@@ -21,6 +21,7 @@ type ScoreOptions struct {
 	Prompt    string
 	Answers   []string
 	EndText   string
+	DType     string
 	JSON      bool
 }
 
@@ -52,6 +53,7 @@ one object {"prompt", "answers", "scores"}.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Model, "model", "", "reward model directory (config.json + weights with a value head)")
+	bindDType(f, &opts.DType)
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
 	f.StringVar(&opts.Prompt, "prompt", "", `prompt text, e.g. "\n\nHuman: ...\n\nAssistant:"`)
 	f.StringArrayVar(&opts.Answers, "answer", nil, "an answer to score (repeat the flag for several)")

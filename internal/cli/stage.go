@@ -55,6 +55,7 @@ type StageOptions struct {
 	OnlyLoRA      bool     `json:"only_optimize_lora"`
 	LoRALR        float64  `json:"lora_learning_rate"`
 	MaxGradNorm   float64  `json:"max_grad_norm"`
+	DType         string   `json:"dtype"`
 	AddEOT        bool     `json:"add_eot_token"`
 	LossOn        string   `json:"loss_on,omitempty"`
 	OutputDir     string   `json:"-"`
@@ -118,6 +119,7 @@ metrics, plots and checkpoint/ as for sft.`,
 func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f := cmd.Flags()
 	f.StringVar(&o.Model, "model", "", "Hugging Face model directory to start from")
+	bindDType(f, &o.DType)
 	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
 	f.StringSliceVar(&o.Data, "data", nil, "datasets: DeepSpeed-Chat names or files/folders (repeat or comma-separate)")
 	f.StringVar(&o.DataSplit, "data-split", "2,4,4", "proportions of the rows for steps 1, 2 and 3")

@@ -24,6 +24,7 @@ type TrainOptions struct {
 	Steps     []int
 	Force     bool
 	Seed      uint64
+	DType     string
 	recipe    *recipes.Recipe
 }
 
@@ -79,6 +80,7 @@ loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
 	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
 	f.BoolVar(&o.Force, "force", false, "rerun steps whose output is complete")
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of every step")
+	bindDType(f, &o.DType)
 	return cmd
 }
 
@@ -197,6 +199,9 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 		args = append(args, pairs[i], pairs[i+1])
 	}
 	args = append(args, "--seed", fmt.Sprint(o.Seed))
+	if o.DType != "auto" || o.recipe == nil || !o.recipe.Sets(step, "dtype") {
+		args = append(args, "--dtype", o.DType)
+	}
 	for _, d := range o.Data {
 		args = append(args, "--data", d)
 	}

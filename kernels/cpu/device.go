@@ -186,3 +186,8 @@ func (d *Device) parallelFor(n, grain int, fn func(lo, hi int)) {
 	}
 	wg.Wait()
 }
+
+// NativeBF16 reports whether this device computes bf16 products natively
+// (AVX512_BF16 and an AVX-512 GEMM kernel); without it bf16 still works,
+// converting while packing, but brings no speed.
+func (d *Device) NativeBF16() bool { return d.isa == isaAVX512 && hasBF16() }

@@ -61,3 +61,7 @@ func pickISA(name string) (isa, error) {
 	}
 	return want, nil
 }
+
+// hasBF16 reports whether the CPU has AVX512_BF16 (VDPBF16PS and the
+// bf16 conversions).
+func hasBF16() bool { return runtime.GOARCH == "amd64" && cpu.X86.HasAVX512BF16 }

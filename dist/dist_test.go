@@ -11,7 +11,7 @@ import (
 func TestSingle(t *testing.T) {
 	dev, _ := cpu.New(cpu.Options{Threads: 1})
 	c := Single{Dev: dev}
-	in, out := dev.Alloc(kernels.F32, 3), dev.Alloc(kernels.F32, 3)
+	in, out := must(dev.Alloc(kernels.F32, 3)), must(dev.Alloc(kernels.F32, 3))
 	dev.WriteF32(in, []float32{1, 2, 3})
 	if err := c.AllReduceSum(in); err != nil {
 		t.Fatal(err)
@@ -24,7 +24,7 @@ func TestSingle(t *testing.T) {
 	if !slices.Equal(got, []float32{1, 2, 3}) {
 		t.Errorf("reduce-scatter on one rank: %v", got)
 	}
-	if err := c.AllGather(dev.Alloc(kernels.F32, 2), in); err == nil {
+	if err := c.AllGather(must(dev.Alloc(kernels.F32, 2)), in); err == nil {
 		t.Error("mismatched all-gather accepted")
 	}
 	if err := c.Broadcast(in, 1); err == nil {

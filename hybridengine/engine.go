@@ -129,7 +129,7 @@ func (e *Engine) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error
 	if err != nil {
 		return nil, err
 	}
-	return e.m.NewActs(b, t, opts), nil
+	return e.m.NewActs(b, t, opts)
 }
 
 // TrainActsOptions returns opts as TrainActs uses them (Train set,
@@ -164,7 +164,8 @@ func (e *Engine) want(m Mode, op string) error {
 }
 
 // EnterGenerate switches to Generate mode: with LoRA it copies the base
-// parameters into the inference workspace (allocated unless kept) and fuses
+// parameters into the inference workspace (allocated unless kept, in the
+// parameters' dtype: bf16 in mixed precision, never an fp32 copy) and fuses
 // the adapters there. It does nothing in Generate mode.
 func (e *Engine) EnterGenerate() error {
 	if e.mode == GenerateMode {
@@ -175,11 +176,16 @@ func (e *Engine) EnterGenerate() error {
 	} else {
 		d := e.m.Dev
 		if e.ws == nil {
-			e.ws = d.Alloc(kernels.F32, e.m.NumParams())
-			e.inf = e.m.WithParams(e.ws)
+			ws, err := d.Alloc(e.m.DType(), e.m.NumParams())
+			if err != nil {
+				return fmt.Errorf("hybridengine: inference workspace: %w", err)
+			}
+			e.ws, e.inf = ws, e.m.WithParams(ws)
 		}
 		d.Copy(e.ws, e.m.Params.Flat)
-		e.lo.Fuse(e.ws)
+		if err := e.lo.Fuse(e.ws); err != nil {
+			return fmt.Errorf("hybridengine: %w", err)
+		}
 		if err := d.Sync(); err != nil {
 			return fmt.Errorf("hybridengine: fusing LoRA into the inference workspace: %w", err)
 		}
@@ -196,6 +202,10 @@ func (e *Engine) Train() {
 		return
 	}
 	if !e.opts.KeepInferenceCache {
+		if e.ws != nil {
+			e.m.Dev.Free(e.ws)
+		}
+		e.kc.Free()
 		e.ws, e.inf, e.kc = nil, nil, nil
 	}
 	e.mode = TrainMode
@@ -208,7 +218,8 @@ func (e *Engine) cache(b, tmax, chunk int) (*model.Cache, error) {
 		kc.Reset()
 		return kc, nil
 	}
-	e.kc = nil // let the old one go before allocating the new one
+	e.kc.Free() // let the old one go before allocating the new one
+	e.kc = nil
 	kc, err := e.inf.NewCache(b, tmax, chunk)
 	if err != nil {
 		return nil, fmt.Errorf("hybridengine: %w", err)

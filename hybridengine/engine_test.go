@@ -97,7 +97,7 @@ func leftPad(m *model.Model, prompts [][]int32, t int) Prompts {
 
 func forwardLogits(t *testing.T, m *model.Model, ids, mask []int32, b, tt int) []float32 {
 	t.Helper()
-	a := m.NewActs(b, tt, model.ActsOptions{})
+	a := must(m.NewActs(b, tt, model.ActsOptions{}))
 	if err := m.Forward(a, model.Batch{IDs: ids, Mask: mask}); err != nil {
 		t.Fatal(err)
 	}

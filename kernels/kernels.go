@@ -53,11 +53,20 @@ type Buffer interface {
 type Device interface {
 	// Name identifies the backend and its variant, e.g. "cpu/avx512 (2 threads)".
 	Name() string
-	// Alloc returns a zeroed buffer of n elements.
-	Alloc(dt DType, n int) Buffer
-	// WriteF32 copies src into dst (F32, len(src) == dst.Len()).
+	// Alloc returns a zeroed buffer of n elements, or an error (an
+	// *OutOfMemoryError when the memory is not there) instead of failing
+	// later or taking the process down.
+	Alloc(dt DType, n int) (Buffer, error)
+	// Free releases a buffer Alloc returned (not a Slice of one); the
+	// buffer and its views must not be used afterwards. nil is a no-op.
+	Free(b Buffer)
+	// MemStats reports the bytes of live buffers, their peak and the cap.
+	MemStats() MemStats
+	// WriteF32 copies src into dst (F32, or BF16 rounded to nearest even;
+	// len(src) == dst.Len()).
 	WriteF32(dst Buffer, src []float32)
-	// ReadF32 copies src (F32) into dst (len(dst) == src.Len()).
+	// ReadF32 copies src (F32, or BF16 widened) into dst (len(dst) ==
+	// src.Len()).
 	ReadF32(dst []float32, src Buffer)
 	// WriteI32 copies src into dst (I32, len(src) == dst.Len()).
 	WriteI32(dst Buffer, src []int32)
@@ -65,9 +74,34 @@ type Device interface {
 	ReadI32(dst []int32, src Buffer)
 	// Zero sets every element of b to zero.
 	Zero(b Buffer)
-	// Copy copies src into dst; both have the same DType and length.
+	// Copy copies src into dst of the same length: the same DType, or F32
+	// into BF16 (rounded to nearest even) and BF16 into F32 (exact).
 	Copy(dst, src Buffer)
 	// Sync waits for queued work to finish and reports a deferred error.
 	Sync() error
 	Ops
 }
+
+// MemStats is a device's memory accounting, in bytes.
+type MemStats struct {
+	Live  int64 // buffers allocated and not freed
+	Peak  int64 // the largest Live seen
+	Limit int64 // the cap Alloc enforces; 0 for none
+}
+
+// OutOfMemoryError is Alloc's error when a buffer does not fit.
+type OutOfMemoryError struct {
+	Device string
+	Want   int64 // bytes asked for
+	Live   int64 // bytes live before the request
+	Limit  int64 // the device's cap (0: the device itself refused)
+}
+
+func (e *OutOfMemoryError) Error() string {
+	if e.Limit > 0 {
+		return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live exceeds the limit of %s", e.Device, gib(e.Want), gib(e.Live), gib(e.Limit))
+	}
+	return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live", e.Device, gib(e.Want), gib(e.Live))
+}
+
+func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }

@@ -22,7 +22,8 @@ type Ops interface {
 
 	// AddBias: out[N,C] += bias[C] for every row.
 	AddBias(out, bias Buffer, n, c int)
-	// Add: out[i] = a[i] + b[i] for i < n. out may alias a or b.
+	// Add: out[i] = a[i] + b[i] for i < n. out may alias a or b. b may be
+	// BF16 (widened; the EMA of bf16 weights).
 	Add(out, a, b Buffer, n int)
 	// Scale: x[i] *= s for i < n.
 	Scale(x Buffer, s float32, n int)
@@ -100,7 +101,9 @@ type Ops interface {
 	// g = grads·gradScale; params -= lr·weightDecay·params; m, v updated with
 	// beta1/beta2; params -= lr/(1-beta1^step) · m/(sqrt(v)/sqrt(1-beta2^step)+eps).
 	AdamWStep(params, grads, m, v Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int)
-	// SumSquares returns Σ x[i]² over n elements, accumulated in float64.
-	// The global gradient norm is its square root over all gradients.
-	SumSquares(x Buffer, n int) float64
+	// SumSquares returns Σ x[i]² over every element of every buffer (F32),
+	// accumulated in float64 on the device with one result read back: the
+	// global gradient norm is its square root over all gradients, and
+	// clipping is AdamWStep's gradScale, so a step needs one host sync.
+	SumSquares(xs ...Buffer) float64
 }

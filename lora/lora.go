@@ -100,7 +100,14 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 	if total == 0 {
 		return nil, fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like model.decoder.layers.0.self_attn.q_proj, model.decoder.layers.0.fc1)", cfg.ModuleName)
 	}
-	lo.Params, lo.Grads = d.Alloc(kernels.F32, total), d.Alloc(kernels.F32, total)
+	var err error
+	if lo.Params, err = d.Alloc(kernels.F32, total); err != nil {
+		return nil, fmt.Errorf("lora: %d adapter parameters: %w", total, err)
+	}
+	if lo.Grads, err = d.Alloc(kernels.F32, total); err != nil {
+		d.Free(lo.Params)
+		return nil, fmt.Errorf("lora: %d adapter gradients: %w", total, err)
+	}
 	host := make([]float32, total)
 	rng := rand.New(rand.NewPCG(seed, 0x6C6F7261))
 	bound := 1 / math.Sqrt(float64(r))
@@ -131,13 +138,40 @@ func (lo *LoRA) NumParams() int { return lo.Params.Len() }
 // ZeroGrads zeroes the adapter gradients.
 func (lo *LoRA) ZeroGrads() { lo.dev.Zero(lo.Grads) }
 
-// saved returns p's [n,r] buffer for x·right, grown as needed.
-func (lo *LoRA) saved(p *part, n int) kernels.Buffer {
-	r := lo.cfg.Dim
-	if p.u == nil || p.u.Len() < n*r {
-		p.u = lo.dev.Alloc(kernels.F32, n*r)
+// Reserve implements model.Adapter: every part's [n,r] buffer for x·right
+// and the shared [n,r] scratch of the backward, grown as needed.
+func (lo *LoRA) Reserve(n int) error {
+	need := n * lo.cfg.Dim
+	grow := func(b *kernels.Buffer) error {
+		if *b != nil && (*b).Len() >= need {
+			return nil
+		}
+		nb, err := lo.dev.Alloc(kernels.F32, need)
+		if err != nil {
+			return fmt.Errorf("lora: activations for %d rows: %w", n, err)
+		}
+		lo.dev.Free(*b)
+		*b = nb
+		return nil
 	}
-	return p.u.Slice(0, n*r)
+	if err := grow(&lo.du); err != nil {
+		return err
+	}
+	for _, layer := range lo.sites {
+		for _, parts := range layer {
+			for _, p := range parts {
+				if err := grow(&p.u); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// saved returns p's [n,r] buffer for x·right (Reserve made it).
+func (lo *LoRA) saved(p *part, n int) kernels.Buffer {
+	return p.u.Slice(0, n*lo.cfg.Dim)
 }
 
 // LinearForward implements model.Adapter: for each adapted part,
@@ -157,9 +191,6 @@ func (lo *LoRA) LinearForward(l int, s model.Site, out, inp kernels.Buffer, n in
 //	dright += xᵀ·du, dinp += du·rightᵀ.
 func (lo *LoRA) LinearBackward(l int, s model.Site, dinp, dout, inp kernels.Buffer, n int) {
 	r, oc := lo.cfg.Dim, lo.siteOut[s]
-	if lo.du == nil || lo.du.Len() < n*r {
-		lo.du = lo.dev.Alloc(kernels.F32, n*r)
-	}
 	du := lo.du.Slice(0, n*r)
 	for _, p := range lo.sites[l][s] {
 		u := lo.saved(p, n)
@@ -173,18 +204,41 @@ func (lo *LoRA) LinearBackward(l int, s model.Site, dinp, dout, inp kernels.Buff
 
 // Fuse adds every adapter's term to its base weight in dst, a buffer with
 // the model's parameter layout (a copy of the base parameters):
-// W += scaling·leftᵀ·rightᵀ ([out,in]).
-func (lo *LoRA) Fuse(dst kernels.Buffer) {
+// W += scaling·leftᵀ·rightᵀ ([out,in]). A BF16 dst gets the sum computed
+// in fp32 and rounded once (through a scratch matrix of the largest
+// adapted layer).
+func (lo *LoRA) Fuse(dst kernels.Buffer) error {
 	r := lo.cfg.Dim
+	var tmp kernels.Buffer
+	if dst.DType() != kernels.F32 {
+		most := 0
+		for _, br := range lo.baseRange {
+			most = max(most, br[1])
+		}
+		var err error
+		if tmp, err = lo.dev.Alloc(kernels.F32, most); err != nil {
+			return fmt.Errorf("lora: fusing into %v weights: %w", dst.DType(), err)
+		}
+		defer lo.dev.Free(tmp)
+	}
 	for _, layer := range lo.sites {
 		for _, parts := range layer {
 			for _, p := range parts {
 				br := lo.baseRange[p.name]
 				w := dst.Slice(br[0], br[1])
-				lo.dev.Gemm(true, true, p.out, p.in, r, lo.scale, p.left, p.out, p.right, r, 1, w, p.in)
+				acc := w
+				if tmp != nil {
+					acc = tmp.Slice(0, br[1])
+					lo.dev.Copy(acc, w)
+				}
+				lo.dev.Gemm(true, true, p.out, p.in, r, lo.scale, p.left, p.out, p.right, r, 1, acc, p.in)
+				if tmp != nil {
+					lo.dev.Copy(w, acc)
+				}
 			}
 		}
 	}
+	return nil
 }
 
 // Tensor is one adapter matrix with its DeepSpeed-Chat name.

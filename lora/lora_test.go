@@ -56,7 +56,7 @@ func randomize(lo *LoRA, seed uint64) {
 
 func lossOf(t *testing.T, m *model.Model, b model.Batch, bs, tt int) (float32, []float32) {
 	t.Helper()
-	a := m.NewActs(bs, tt, model.ActsOptions{})
+	a := must(m.NewActs(bs, tt, model.ActsOptions{}))
 	if err := m.Forward(a, b); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestZeroInitChangesNothingAndFuseMatches(t *testing.T) {
 		randomize(lo, 3)
 		_, adapted := lossOf(t, m, b, 2, 6)
 		// Fused weights in a copy, no adapter: the same function.
-		saved := m.Dev.Alloc(kernels.F32, m.NumParams())
+		saved := must(m.Dev.Alloc(kernels.F32, m.NumParams()))
 		m.Dev.Copy(saved, m.Params.Flat)
 		lo.Fuse(m.Params.Flat)
 		m.SetAdapter(nil)
@@ -139,7 +139,7 @@ func TestGradients(t *testing.T) {
 		m.AllocGrads()
 		m.ZeroGrads()
 		lo.ZeroGrads()
-		a := m.NewActs(2, 6, model.ActsOptions{Train: true, Checkpoint: name == "postln"})
+		a := must(m.NewActs(2, 6, model.ActsOptions{Train: true, Checkpoint: name == "postln"}))
 		if err := m.Forward(a, b); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,10 @@
 package model
 
-import "github.com/gochat-ai/gochat/kernels"
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
 
 // layerActs are the saved activations of one decoder layer for a [B,T]
 // batch (N = B·T rows). Which buffers hold what depends on the LayerNorm
@@ -77,9 +81,14 @@ type ActsOptions struct {
 }
 
 // NewActs allocates the activation buffers for batches of shape [B,T].
-func (m *Model) NewActs(b, t int, opts ActsOptions) *Acts {
+// An allocation that fails frees what this call allocated and returns the
+// error.
+func (m *Model) NewActs(b, t int, opts ActsOptions) (*Acts, error) {
 	return m.ReuseActs(nil, b, t, opts)
 }
+
+// allocFailure carries an Alloc error out of layoutActs.
+type allocFailure struct{ err error }
 
 // ReuseActs returns activation buffers for batches of shape [B,T], reusing
 // the device memory of a where it can. When a is not nil, lives on m's
@@ -91,31 +100,67 @@ func (m *Model) NewActs(b, t int, opts ActsOptions) *Acts {
 // asked for. Otherwise (a is nil, or other options) the result is a fresh
 // NewActs and a is left alone.
 //
+// When an allocation fails, ReuseActs returns the error and a must not be
+// used again (Free it).
+//
 // The result carries nothing over from a's last pass: Logits, Losses,
 // Values and Backward need a new Forward. Reusing a invalidates every
 // earlier use of it; a single Acts must not serve two passes at once.
 //
 //	a = m.ReuseActs(a, b, t, opts) // instead of m.NewActs(b, t, opts)
-func (m *Model) ReuseActs(a *Acts, b, t int, opts ActsOptions) *Acts {
+func (m *Model) ReuseActs(a *Acts, b, t int, opts ActsOptions) (_ *Acts, err error) {
 	if a == nil || a.dev != m.Dev || a.opts != opts {
 		a = &Acts{dev: m.Dev}
 	}
 	i := 0
+	var fresh []kernels.Buffer // allocated by this call
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(allocFailure)
+			if !ok {
+				panic(r)
+			}
+			for _, bk := range fresh {
+				m.Dev.Free(bk)
+			}
+			err = fmt.Errorf("model: activations for a batch of %dx%d: %w", b, t, f.err)
+		}
+	}()
 	buf := func(dt kernels.DType, n int) kernels.Buffer {
 		if i == len(a.backing) {
 			a.backing = append(a.backing, nil)
 		}
 		if bk := a.backing[i]; bk == nil || bk.DType() != dt || bk.Len() < n {
-			a.backing[i] = m.Dev.Alloc(dt, n)
+			nb, err := m.Dev.Alloc(dt, n)
+			if err != nil {
+				panic(allocFailure{err})
+			}
+			fresh = append(fresh, nb)
+			m.Dev.Free(bk)
+			a.backing[i] = nb
 		}
 		v := a.backing[i].Slice(0, n)
 		i++
 		return v
 	}
 	m.layoutActs(a, b, t, opts, buf)
-	clear(a.backing[i:]) // a structure change (Config.Dropout toggled) left these unused
+	for _, bk := range a.backing[i:] { // a structure change (Config.Dropout toggled) left these unused
+		m.Dev.Free(bk)
+	}
+	clear(a.backing[i:])
 	a.backing = a.backing[:i]
-	return a
+	return a, nil
+}
+
+// Free releases a's buffers; a must not be used afterwards.
+func (a *Acts) Free() {
+	if a == nil {
+		return
+	}
+	for _, b := range a.backing {
+		a.dev.Free(b)
+	}
+	a.backing = nil
 }
 
 // Bytes is the device memory, in bytes, that a holds: its capacity, which

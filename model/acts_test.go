@@ -17,7 +17,7 @@ type countingDev struct {
 	allocs, elems int
 }
 
-func (d *countingDev) Alloc(dt kernels.DType, n int) kernels.Buffer {
+func (d *countingDev) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 	d.allocs++
 	d.elems += n
 	return d.Device.Alloc(dt, n)
@@ -152,11 +152,11 @@ func TestReuseActsBitIdentical(t *testing.T) {
 				for _, s := range shapes {
 					in, dv := actsBatch(rng, m, s[0], s[1])
 					prev := r
-					r = m.ReuseActs(r, s[0], s[1], opts)
+					r = must(m.ReuseActs(r, s[0], s[1], opts))
 					if prev != nil && r != prev {
 						t.Fatalf("%v: ReuseActs made new Acts for the same options", s)
 					}
-					want := runPass(t, m, m.NewActs(s[0], s[1], opts), in, dv)
+					want := runPass(t, m, must(m.NewActs(s[0], s[1], opts)), in, dv)
 					got := runPass(t, m, r, in, dv)
 					if d := got.diff(want); d != "" {
 						t.Fatalf("shape %v: %s of reused activations differ from fresh ones", s, d)
@@ -189,7 +189,7 @@ func TestReuseActsAllocations(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var a *Acts
 	for _, s := range shapes {
-		a = m.ReuseActs(a, s[0], s[1], opts)
+		a = must(m.ReuseActs(a, s[0], s[1], opts))
 		in, _ := actsBatch(rng, m, s[0], s[1])
 		runPass(t, m, a, in, nil)
 	}
@@ -197,7 +197,7 @@ func TestReuseActsAllocations(t *testing.T) {
 	dev.allocs, dev.elems = 0, 0
 	for range 3 {
 		for _, s := range shapes {
-			a = m.ReuseActs(a, s[0], s[1], opts)
+			a = must(m.ReuseActs(a, s[0], s[1], opts))
 			in, _ := actsBatch(rng, m, s[0], s[1])
 			runPass(t, m, a, in, nil)
 		}
@@ -208,21 +208,21 @@ func TestReuseActsAllocations(t *testing.T) {
 	if a.Bytes() != bytes {
 		t.Errorf("capacity changed from %d to %d bytes", bytes, a.Bytes())
 	}
-	fresh := m.NewActs(4, 6, opts)
+	fresh := must(m.NewActs(4, 6, opts))
 	if dev.allocs == 0 || fresh.Bytes() >= bytes {
 		t.Errorf("NewActs: %d allocations of %d bytes; the reused Acts hold %d", dev.allocs, fresh.Bytes(), bytes)
 	}
 
 	// Other options get fresh buffers and leave a alone.
 	dev.allocs = 0
-	b := m.ReuseActs(a, 2, 3, ActsOptions{})
+	b := must(m.ReuseActs(a, 2, 3, ActsOptions{}))
 	if b == a || dev.allocs == 0 || a.B != 4 || a.T != 6 {
 		t.Errorf("ReuseActs with other options: same Acts %v, %d allocations, a now [%d,%d]", b == a, dev.allocs, a.B, a.T)
 	}
 	// A WithParams view of m shares its activations.
 	dev.allocs = 0
 	v := m.WithParams(m.Params.Flat)
-	if c := v.ReuseActs(b, 1, 3, ActsOptions{}); c != b || dev.allocs != 0 {
+	if c := must(v.ReuseActs(b, 1, 3, ActsOptions{})); c != b || dev.allocs != 0 {
 		t.Errorf("a view of the model reallocated (%d allocations)", dev.allocs)
 	}
 }
@@ -234,7 +234,7 @@ func TestReuseActsResetsState(t *testing.T) {
 	m.AllocGrads()
 	rng := rand.New(rand.NewPCG(5, 5))
 	in, _ := actsBatch(rng, m, 2, 6)
-	a := m.NewActs(2, 6, ActsOptions{Train: true})
+	a := must(m.NewActs(2, 6, ActsOptions{Train: true}))
 	if err := m.Forward(a, in); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestReuseActsResetsState(t *testing.T) {
 		t.Errorf("a rejected batch changed the Acts (logits error %v)", err)
 	}
 
-	a = m.ReuseActs(a, 2, 4, ActsOptions{Train: true})
+	a = must(m.ReuseActs(a, 2, 4, ActsOptions{Train: true}))
 	if _, err := m.Logits(a); err == nil {
 		t.Error("Logits after ReuseActs: no error")
 	}
@@ -297,7 +297,7 @@ func BenchmarkActs(b *testing.B) {
 			var a *Acts
 			if reuse { // grow to the shapes once: the loop measures the steady state
 				for _, s := range shapes {
-					a = m.ReuseActs(a, s[0], s[1], opts)
+					a = must(m.ReuseActs(a, s[0], s[1], opts))
 				}
 			}
 			dev.elems = 0
@@ -306,9 +306,9 @@ func BenchmarkActs(b *testing.B) {
 				s := shapes[i%len(shapes)]
 				i++
 				if reuse {
-					a = m.ReuseActs(a, s[0], s[1], opts)
+					a = must(m.ReuseActs(a, s[0], s[1], opts))
 				} else {
-					a = m.NewActs(s[0], s[1], opts)
+					a = must(m.NewActs(s[0], s[1], opts))
 				}
 			}
 			b.ReportMetric(float64(dev.elems)*4/float64(i), "allocB/op")

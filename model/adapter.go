@@ -35,6 +35,10 @@ func (c *Config) Linears(s Site) (names []string, in, out int) {
 // Adapter adds trainable terms to decoder layers' linear layers (LoRA). The
 // model calls it right after each base matmul of a layer.
 type Adapter interface {
+	// Reserve allocates what LinearForward and LinearBackward need for
+	// passes of up to n rows; Forward and Decode call it first, so an
+	// allocation failure is an error there and not a panic mid-pass.
+	Reserve(n int) error
 	// LinearForward adds the adapter's term to out[N,OC] for input inp[N,C]
 	// of layer l's site s, keeping what its backward needs.
 	LinearForward(l int, s Site, out, inp kernels.Buffer, n int)

@@ -27,6 +27,44 @@ type Cache struct {
 	mean, rstd       kernels.Buffer // [B·chunk]
 	last, lastLogits kernels.Buffer // [B,P], [B,V]
 	logits           kernels.Buffer // [B·chunk,V], allocated on first AllLogits
+
+	dev  kernels.Device
+	bufs []kernels.Buffer // everything allocated, for Free
+}
+
+// alloc allocates a cache buffer, keeping the first error in *err (later
+// calls then return nil without allocating).
+func (kc *Cache) alloc(dt kernels.DType, n int, err *error) kernels.Buffer {
+	if *err != nil {
+		return nil
+	}
+	b, e := kc.dev.Alloc(dt, n)
+	if e != nil {
+		*err = e
+		return nil
+	}
+	kc.bufs = append(kc.bufs, b)
+	return b
+}
+
+// Free releases the cache's buffers; kc must not be used afterwards.
+func (kc *Cache) Free() {
+	if kc == nil {
+		return
+	}
+	for _, b := range kc.bufs {
+		kc.dev.Free(b)
+	}
+	kc.bufs = nil
+}
+
+// Bytes is the device memory the cache holds, in bytes.
+func (kc *Cache) Bytes() int {
+	n := 0
+	for _, b := range kc.bufs {
+		n += b.Len() * b.DType().Size()
+	}
+	return n
 }
 
 // NewCache allocates a KV cache for b rows of up to tmax positions, decoding
@@ -41,21 +79,26 @@ func (m *Model) NewCache(b, tmax, maxChunk int) (*Cache, error) {
 	}
 	H, F, P, V := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize
 	n := b * maxChunk
-	f32 := func(k int) kernels.Buffer { return d.Alloc(kernels.F32, k) }
-	kc := &Cache{B: b, Tmax: tmax, MaxChunk: maxChunk}
+	kc := &Cache{B: b, Tmax: tmax, MaxChunk: maxChunk, dev: d}
+	var err error
+	f32 := func(k int) kernels.Buffer { return kc.alloc(kernels.F32, k, &err) }
 	for range c.NumLayers {
 		kc.k = append(kc.k, f32(b*tmax*H))
 		kc.v = append(kc.v, f32(b*tmax*H))
 	}
-	kc.mask = d.Alloc(kernels.I32, b*tmax)
+	kc.mask = kc.alloc(kernels.I32, b*tmax, &err)
 	kc.hostMask = make([]int32, b*tmax)
 	kc.realCount = make([]int32, b)
-	kc.ids, kc.pos = d.Alloc(kernels.I32, n), d.Alloc(kernels.I32, n)
+	kc.ids, kc.pos = kc.alloc(kernels.I32, n, &err), kc.alloc(kernels.I32, n, &err)
 	kc.x, kc.h, kc.ln, kc.tmp = f32(n*H), f32(n*H), f32(n*H), f32(n*H)
 	kc.qkv, kc.fch = f32(3*n*H), f32(n*F)
 	kc.emb, kc.y = f32(n*P), f32(n*P)
 	kc.mean, kc.rstd = f32(n), f32(n)
 	kc.last, kc.lastLogits = f32(b*P), f32(b*V)
+	if err != nil {
+		kc.Free()
+		return nil, fmt.Errorf("model: KV cache for %d rows of %d positions: %w", b, tmax, err)
+	}
 	return kc, nil
 }
 
@@ -97,6 +140,18 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 		}
 	}
 	N, H, P, V, t0 := B*tn, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize, kc.Len
+	if m.adapter != nil {
+		if err := m.adapter.Reserve(N); err != nil {
+			return nil, err
+		}
+	}
+	var all kernels.Buffer
+	if out == AllLogits {
+		var err error
+		if all, err = kc.allLogits(V); err != nil {
+			return nil, err
+		}
+	}
 	pos := Positions(mask, B, tn, kc.realCount)
 	for b := range B {
 		for j := range tn {
@@ -141,7 +196,7 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 		y = fin
 	}
 	if out == AllLogits {
-		logits := kc.allLogits(d, V).Slice(0, N*V)
+		logits := all.Slice(0, N*V)
 		d.MatmulForward(logits, y, p.LMHead, nil, N, P, V)
 		res := make([]float32, N*V)
 		d.ReadF32(res, logits)
@@ -157,11 +212,14 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 }
 
 // allLogits returns the [B·MaxChunk,V] logits buffer, allocated on first use.
-func (kc *Cache) allLogits(d kernels.Device, v int) kernels.Buffer {
+func (kc *Cache) allLogits(v int) (kernels.Buffer, error) {
 	if kc.logits == nil {
-		kc.logits = d.Alloc(kernels.F32, kc.B*kc.MaxChunk*v)
+		var err error
+		if kc.logits = kc.alloc(kernels.F32, kc.B*kc.MaxChunk*v, &err); err != nil {
+			return nil, fmt.Errorf("model: logits of a %dx%d chunk: %w", kc.B, kc.MaxChunk, err)
+		}
 	}
-	return kc.logits
+	return kc.logits, nil
 }
 
 // layerDecode is layerForward for tn new positions against the KV cache,

@@ -121,6 +121,11 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 	}
 	c, d, p := m.Config, m.Dev, m.Params
 	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
+	if m.adapter != nil {
+		if err := m.adapter.Reserve(N); err != nil {
+			return err
+		}
+	}
 
 	// Embeddings: tokens (projected to H when P != H) plus positions.
 	d.EmbeddingForward(a.emb, a.ids, p.EmbedToks, N, P)

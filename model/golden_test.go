@@ -124,7 +124,7 @@ func TestGoldenPyTorch(t *testing.T) {
 				batch := Batch{IDs: ids, Mask: mask, Targets: targets}
 
 				for _, ckpt := range []bool{false, true} {
-					a := m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt})
+					a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
 					if err := m.Forward(a, batch); err != nil {
 						t.Fatal(err)
 					}
@@ -183,8 +183,8 @@ func checkAdamW(t *testing.T, m *Model, g *goldenFile, batch Batch, B, T int) {
 	t.Helper()
 	d := m.Dev
 	n := m.NumParams()
-	mom, vel := d.Alloc(kernels.F32, n), d.Alloc(kernels.F32, n)
-	a := m.NewActs(B, T, ActsOptions{Train: true})
+	mom, vel := must(d.Alloc(kernels.F32, n)), must(d.Alloc(kernels.F32, n))
+	a := must(m.NewActs(B, T, ActsOptions{Train: true}))
 	want := g.f32("adamw_losses")
 	got := make([]float32, len(want))
 	for step := 1; step <= len(want); step++ {

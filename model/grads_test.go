@@ -43,7 +43,7 @@ func TestFrozenBaseGrads(t *testing.T) {
 			in, dv := actsBatch(rng, frozen, 3, 7)
 			vhead := func(m *Model) []float32 {
 				m.ZeroGrads()
-				a := m.NewActs(3, 7, ActsOptions{Train: true, Checkpoint: true})
+				a := must(m.NewActs(3, 7, ActsOptions{Train: true, Checkpoint: true}))
 				if err := m.Forward(a, in); err != nil {
 					t.Fatal(err)
 				}
@@ -80,7 +80,7 @@ func TestFrozenBaseGrads(t *testing.T) {
 			// Unfreezing needs full gradients: Backward says so, AllocGrads
 			// provides them.
 			frozen.FreezeBase = false
-			a := frozen.NewActs(3, 7, ActsOptions{Train: true})
+			a := must(frozen.NewActs(3, 7, ActsOptions{Train: true}))
 			if err := frozen.Forward(a, in); err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func TestFrozenBaseGrads(t *testing.T) {
 	if m.Grads == nil || m.GradElems() != 0 {
 		t.Fatalf("frozen model without a value head: %d gradient elements", m.GradElems())
 	}
-	a := m.NewActs(1, 4, ActsOptions{Train: true})
+	a := must(m.NewActs(1, 4, ActsOptions{Train: true}))
 	if err := m.Forward(a, Batch{IDs: []int32{5, 6, 7, 8}, Targets: []int32{6, 7, 8, IgnoreIndex}}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestLoadInitialisesFreshValueHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.AllocGrads()
-	a2 := m.NewActs(1, 4, ActsOptions{Train: true, NoLogits: true})
+	a2 := must(m.NewActs(1, 4, ActsOptions{Train: true, NoLogits: true}))
 	if err := m.Forward(a2, Batch{IDs: []int32{5, 6, 7, 8}}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,12 @@ type Options struct {
 	// ValueHead adds v_head ([1,P], no bias): one scalar per position, read
 	// from the final hidden state. Reward models and critics have one.
 	ValueHead bool
+	// DType is the element type of the parameters: F32 (the default when
+	// zero) or BF16. With BF16 every matmul is a bf16 matmul (inputs
+	// rounded to bf16, fp32 accumulation) and LayerNorm, softmax, losses
+	// and activations stay fp32; gradients are always F32 (an optimizer
+	// keeps fp32 master weights, see optim.AdamW).
+	DType kernels.DType
 }
 
 // Model is an OPT decoder (OPTForCausalLM, optionally with a value head) on a
@@ -54,13 +60,44 @@ func New(dev kernels.Device, cfg *Config, opts Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	switch opts.DType {
+	case 0:
+		opts.DType = kernels.F32
+	case kernels.F32, kernels.BF16:
+	default:
+		return nil, fmt.Errorf("model: parameters in %v are not supported (f32 or bf16)", opts.DType)
+	}
 	specs := cfg.paramSpecs(opts.ValueHead)
 	n := 0
 	for _, s := range specs {
 		n += s.size()
 	}
-	flat := dev.Alloc(kernels.F32, n)
+	flat, err := dev.Alloc(opts.DType, n)
+	if err != nil {
+		return nil, fmt.Errorf("model: %d parameters in %v: %w", n, opts.DType, err)
+	}
 	return &Model{Config: cfg, Dev: dev, Params: newParams(cfg, specs, flat), opts: opts, specs: specs}, nil
+}
+
+// DType is the element type of the parameters (F32 or BF16).
+func (m *Model) DType() kernels.DType { return m.opts.DType }
+
+// Free releases the parameters and gradients; m must not be used
+// afterwards.
+func (m *Model) Free() {
+	m.Dev.Free(m.Params.Flat)
+	m.freeGrads()
+}
+
+func (m *Model) freeGrads() {
+	if m.Grads != nil {
+		if m.Grads.Flat != nil {
+			m.Dev.Free(m.Grads.Flat)
+		} else {
+			m.Dev.Free(m.Grads.VHead)
+		}
+		m.Grads = nil
+	}
 }
 
 // HasValueHead reports whether the model has v_head.
@@ -76,19 +113,31 @@ func (m *Model) NumParams() int { return m.Params.Flat.Len() }
 // trained: full gradients also serve a model frozen later (Backward then
 // leaves the base part alone), while value-head-only gradients are replaced
 // by full ones once FreezeBase is cleared.
-func (m *Model) AllocGrads() {
+// Gradients are F32 whatever the parameters' DType.
+func (m *Model) AllocGrads() error {
 	switch {
 	case m.Grads != nil && (m.Grads.Flat != nil || m.FreezeBase):
 		// Already covers what Backward writes.
 	case m.FreezeBase:
 		g := &Params{Layers: make([]LayerParams, m.Config.NumLayers)}
 		if _, shape, ok := m.ParamRange("v_head.weight"); ok {
-			g.VHead = m.Dev.Alloc(kernels.F32, shape[0]*shape[1])
+			b, err := m.Dev.Alloc(kernels.F32, shape[0]*shape[1])
+			if err != nil {
+				return fmt.Errorf("model: value-head gradient: %w", err)
+			}
+			g.VHead = b
 		}
+		m.freeGrads()
 		m.Grads = g
 	default:
-		m.Grads = newParams(m.Config, m.specs, m.Dev.Alloc(kernels.F32, m.NumParams()))
+		b, err := m.Dev.Alloc(kernels.F32, m.NumParams())
+		if err != nil {
+			return fmt.Errorf("model: gradients of %d parameters: %w", m.NumParams(), err)
+		}
+		m.freeGrads()
+		m.Grads = newParams(m.Config, m.specs, b)
 	}
+	return nil
 }
 
 // GradElems is the number of gradient elements allocated (0 before

@@ -45,7 +45,7 @@ func TestDecodeMatchesForward(t *testing.T) {
 			const T = 10
 			ids, mask := leftPadded(rng, m, T, []int{0, 3, 9})
 			B := 3
-			a := m.NewActs(B, T, ActsOptions{})
+			a := must(m.NewActs(B, T, ActsOptions{}))
 			if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestFormatsGiveIdenticalLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := m.NewActs(shape[0], shape[1], ActsOptions{})
+			a := must(m.NewActs(shape[0], shape[1], ActsOptions{}))
 			if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 
 func forwardLogits(t *testing.T, m *Model, ids, mask []int32, b, tt int) []float32 {
 	t.Helper()
-	a := m.NewActs(b, tt, ActsOptions{})
+	a := must(m.NewActs(b, tt, ActsOptions{}))
 	if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestDropout(t *testing.T) {
 	ids, mask := leftPadded(rng, m, 8, []int{0, 2})
 	targets := ShiftLabels(ids, 2, 8)
 	loss := func(train, ckpt bool, seed uint64) (float32, []float32) {
-		a := m.NewActs(2, 8, ActsOptions{Train: train, Dropout: train, Checkpoint: ckpt})
+		a := must(m.NewActs(2, 8, ActsOptions{Train: train, Dropout: train, Checkpoint: ckpt}))
 		if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets, Seed: seed}); err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestPositions(t *testing.T) {
 
 func TestBadInputs(t *testing.T) {
 	m := loadGolden(t, "preln")
-	a := m.NewActs(1, 4, ActsOptions{})
+	a := must(m.NewActs(1, 4, ActsOptions{}))
 	cases := []struct {
 		name string
 		b    Batch

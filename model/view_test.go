@@ -14,7 +14,7 @@ func TestWithParams(t *testing.T) {
 	ids, mask := leftPadded(rng, m, 6, []int{0, 2})
 	want := forwardLogits(t, m, ids, mask, 2, 6)
 
-	flat := m.Dev.Alloc(kernels.F32, m.NumParams())
+	flat := must(m.Dev.Alloc(kernels.F32, m.NumParams()))
 	m.Dev.Copy(flat, m.Params.Flat)
 	v := m.WithParams(flat)
 	if got := forwardLogits(t, v, ids, mask, 2, 6); !slices.Equal(got, want) {
@@ -36,5 +36,5 @@ func TestWithParams(t *testing.T) {
 			t.Error("WithParams accepted a buffer of the wrong size")
 		}
 	}()
-	m.WithParams(m.Dev.Alloc(kernels.F32, 3))
+	m.WithParams(must(m.Dev.Alloc(kernels.F32, 3)))
 }

@@ -38,30 +38,75 @@ type AdamWConfig struct {
 var DefaultAdamW = AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
 
 // AdamW is torch.optim.AdamW (decoupled weight decay) over parameter
-// groups. Its moments are device buffers, one pair per segment.
+// groups. Its moments are F32 device buffers, one pair per segment.
+//
+// Mixed precision (DeepSpeed's bf16 mode): a segment whose parameters are
+// BF16 gets an F32 master copy, made from the parameters when the
+// optimizer is built. Steps update the master weights (gradients and
+// moments are F32) and then write them, rounded to nearest even, into the
+// BF16 parameters the model computes with.
 type AdamW struct {
 	dev    kernels.Device
 	cfg    AdamWConfig
 	groups []Group
 	m, v   [][]kernels.Buffer // [group][segment]
+	master [][]kernels.Buffer // [group][segment]; nil for F32 parameters
 	step   int
 }
 
-// NewAdamW allocates zeroed moments for every segment.
+// NewAdamW allocates zeroed moments for every segment, and master weights
+// for BF16 segments.
 func NewAdamW(dev kernels.Device, groups []Group, cfg AdamWConfig) (*AdamW, error) {
 	o := &AdamW{dev: dev, cfg: cfg, groups: groups}
-	for _, g := range groups {
-		var ms, vs []kernels.Buffer
+	alloc := func(s Segment, what string) (kernels.Buffer, error) {
+		b, err := dev.Alloc(kernels.F32, s.Params.Len())
+		if err != nil {
+			o.Free()
+			return nil, fmt.Errorf("optim: AdamW %s of %s (%d parameters): %w", what, s.Name, s.Params.Len(), err)
+		}
+		return b, nil
+	}
+	for gi, g := range groups {
+		o.m, o.v, o.master = append(o.m, nil), append(o.v, nil), append(o.master, nil)
 		for _, s := range g.Segments {
 			if s.Params.Len() != s.Grads.Len() {
+				o.Free()
 				return nil, fmt.Errorf("optim: segment %s: %d parameters but %d gradients", s.Name, s.Params.Len(), s.Grads.Len())
 			}
-			ms = append(ms, dev.Alloc(kernels.F32, s.Params.Len()))
-			vs = append(vs, dev.Alloc(kernels.F32, s.Params.Len()))
+			if s.Grads.DType() != kernels.F32 {
+				o.Free()
+				return nil, fmt.Errorf("optim: segment %s: gradients are %v, want f32", s.Name, s.Grads.DType())
+			}
+			var bufs [3]kernels.Buffer
+			for i, what := range []string{"first moment", "second moment", "master weights"} {
+				if i == 2 && s.Params.DType() == kernels.F32 {
+					break
+				}
+				b, err := alloc(s, what)
+				if err != nil {
+					return nil, err
+				}
+				bufs[i] = b
+			}
+			if bufs[2] != nil {
+				dev.Copy(bufs[2], s.Params)
+			}
+			o.m[gi], o.v[gi], o.master[gi] = append(o.m[gi], bufs[0]), append(o.v[gi], bufs[1]), append(o.master[gi], bufs[2])
 		}
-		o.m, o.v = append(o.m, ms), append(o.v, vs)
 	}
 	return o, nil
+}
+
+// Free releases the moments and master weights.
+func (o *AdamW) Free() {
+	for _, bs := range [][][]kernels.Buffer{o.m, o.v, o.master} {
+		for _, g := range bs {
+			for _, b := range g {
+				o.dev.Free(b)
+			}
+		}
+	}
+	o.m, o.v, o.master = nil, nil, nil
 }
 
 // Steps is the number of updates taken.
@@ -78,8 +123,15 @@ func (o *AdamW) Step(lrScale float64, gradScale float32) {
 	for gi, g := range o.groups {
 		lr := float32(g.LR * lrScale)
 		for si, s := range g.Segments {
-			o.dev.AdamWStep(s.Params, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr,
+			p, mw := s.Params, o.master[gi][si]
+			if mw != nil {
+				p = mw
+			}
+			o.dev.AdamWStep(p, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr,
 				float32(o.cfg.Beta1), float32(o.cfg.Beta2), float32(o.cfg.Eps), float32(g.WeightDecay), gradScale, o.step)
+			if mw != nil {
+				o.dev.Copy(s.Params, mw)
+			}
 		}
 	}
 }
@@ -94,17 +146,27 @@ func (o *AdamW) Moments() (m, v []kernels.Buffer) {
 	return m, v
 }
 
+// Masters returns the F32 master weights of the BF16 segments, in group
+// then segment order (for checkpoints; empty when every parameter is F32).
+func (o *AdamW) Masters() []kernels.Buffer {
+	var out []kernels.Buffer
+	for _, g := range o.master {
+		for _, b := range g {
+			if b != nil {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
 // SetSteps restores the step count when resuming from a checkpoint.
 func (o *AdamW) SetSteps(n int) { o.step = n }
 
 // GradNorm is the global L2 norm of the gradients in bufs (computed in
 // float64).
 func GradNorm(dev kernels.Device, bufs ...kernels.Buffer) float64 {
-	var s float64
-	for _, b := range bufs {
-		s += dev.SumSquares(b, b.Len())
-	}
-	return math.Sqrt(s)
+	return math.Sqrt(dev.SumSquares(bufs...))
 }
 
 // ClipScale is torch.nn.utils.clip_grad_norm_'s factor: min(1, maxNorm /

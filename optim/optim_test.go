@@ -75,7 +75,7 @@ func TestAdamWGroups(t *testing.T) {
 	dev, _ := cpu.New(cpu.Options{Threads: 1})
 	p := []float32{1, -2, 0.5, 3}
 	g := []float32{0.1, -0.2, 0.3, 0.05}
-	pb, gb := dev.Alloc(kernels.F32, 4), dev.Alloc(kernels.F32, 4)
+	pb, gb := must(dev.Alloc(kernels.F32, 4)), must(dev.Alloc(kernels.F32, 4))
 	dev.WriteF32(pb, p)
 	dev.WriteF32(gb, g)
 	groups := []Group{

@@ -11,7 +11,8 @@ import (
 //
 //	ema = β·ema + (1−β)·theta
 //
-// ema and theta are F32 buffers of the same length (a model's flat parameter
+// ema (F32) and theta (F32, or the BF16 weights of mixed precision: the EMA
+// itself stays fp32) have the same length (a model's flat parameter
 // buffers, or matching views of them); beta is in [0, 1]. It uses only the
 // Device's Scale, Add and Copy, so it runs on any backend and allocates
 // nothing: for 0 < β < 1 it computes
@@ -22,8 +23,8 @@ import (
 // the scale factors are rounded from float64). β = 1 leaves ema as it is and
 // β = 0 copies theta.
 func EMAUpdate(dev kernels.Device, ema, theta kernels.Buffer, beta float64) error {
-	if ema.DType() != kernels.F32 || theta.DType() != kernels.F32 {
-		return fmt.Errorf("ppo: EMA of %v into %v buffers, want f32", theta.DType(), ema.DType())
+	if ema.DType() != kernels.F32 || (theta.DType() != kernels.F32 && theta.DType() != kernels.BF16) {
+		return fmt.Errorf("ppo: EMA of %v into %v buffers, want f32 or bf16 into f32", theta.DType(), ema.DType())
 	}
 	if ema.Len() != theta.Len() {
 		return fmt.Errorf("ppo: EMA of %d parameters into %d", theta.Len(), ema.Len())

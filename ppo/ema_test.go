@@ -22,7 +22,7 @@ func TestEMAUpdate(t *testing.T) {
 		theta[i] = float32(rng.NormFloat64())
 	}
 	for _, beta := range []float64{0.992, 0.5, 0.01, 0, 1} {
-		eb, tb := dev.Alloc(kernels.F32, n), dev.Alloc(kernels.F32, n)
+		eb, tb := must(dev.Alloc(kernels.F32, n)), must(dev.Alloc(kernels.F32, n))
 		dev.WriteF32(eb, ema0)
 		dev.WriteF32(tb, theta)
 		// Two steps: the second starts from the first's result.
@@ -57,7 +57,7 @@ func TestEMAUpdate(t *testing.T) {
 	}
 
 	// A view of part of the buffers.
-	eb, tb := dev.Alloc(kernels.F32, 10), dev.Alloc(kernels.F32, 10)
+	eb, tb := must(dev.Alloc(kernels.F32, 10)), must(dev.Alloc(kernels.F32, 10))
 	dev.WriteF32(tb, []float32{1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
 	if err := EMAUpdate(dev, eb.Slice(2, 3), tb.Slice(2, 3), 0.75); err != nil {
 		t.Fatal(err)
@@ -79,10 +79,10 @@ func TestEMAUpdate(t *testing.T) {
 		ema, th kernels.Buffer
 		beta    float64
 	}{
-		{"lengths", dev.Alloc(kernels.F32, 3), dev.Alloc(kernels.F32, 4), 0.9},
-		{"dtype", dev.Alloc(kernels.I32, 3), dev.Alloc(kernels.F32, 3), 0.9},
-		{"beta above 1", dev.Alloc(kernels.F32, 3), dev.Alloc(kernels.F32, 3), 1.5},
-		{"beta NaN", dev.Alloc(kernels.F32, 3), dev.Alloc(kernels.F32, 3), math.NaN()},
+		{"lengths", must(dev.Alloc(kernels.F32, 3)), must(dev.Alloc(kernels.F32, 4)), 0.9},
+		{"dtype", must(dev.Alloc(kernels.I32, 3)), must(dev.Alloc(kernels.F32, 3)), 0.9},
+		{"beta above 1", must(dev.Alloc(kernels.F32, 3)), must(dev.Alloc(kernels.F32, 3)), 1.5},
+		{"beta NaN", must(dev.Alloc(kernels.F32, 3)), must(dev.Alloc(kernels.F32, 3)), math.NaN()},
 	} {
 		if err := EMAUpdate(dev, tc.ema, tc.th, tc.beta); err == nil {
 			t.Errorf("%s: no error", tc.name)

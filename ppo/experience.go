@@ -180,7 +180,10 @@ func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
 
 // logProbs runs an evaluation forward of m and returns logp [B,S−1].
 func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32, b, s int) ([]float32, error) {
-	a := t.acts.get(site, m, b, s, model.ActsOptions{})
+	a, err := t.acts.get(site, m, b, s, model.ActsOptions{})
+	if err != nil {
+		return nil, err
+	}
 	if err := m.Forward(a, model.Batch{IDs: seq, Mask: attn, Targets: targets}); err != nil {
 		return nil, err
 	}
@@ -194,7 +197,10 @@ func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32,
 // values runs an evaluation forward of a value model and returns its values
 // [B,S].
 func (t *Trainer) values(site int, m *model.Model, seq, attn []int32, b, s int) ([]float32, error) {
-	a := t.acts.get(site, m, b, s, model.ActsOptions{NoLogits: true})
+	a, err := t.acts.get(site, m, b, s, model.ActsOptions{NoLogits: true})
+	if err != nil {
+		return nil, err
+	}
 	if err := m.Forward(a, model.Batch{IDs: seq, Mask: attn}); err != nil {
 		return nil, err
 	}

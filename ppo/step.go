@@ -94,8 +94,11 @@ func (t *Trainer) TrainStep(bt *Batch, unsup *UnsupBatch) (StepStats, error) {
 
 	// Critic: forward, loss, backward.
 	c := t.m.Critic
-	ca := t.acts.get(siteCriticTrain, c, B, S, model.ActsOptions{Train: true, Dropout: t.opts.CriticDropout,
+	ca, err := t.acts.get(siteCriticTrain, c, B, S, model.ActsOptions{Train: true, Dropout: t.opts.CriticDropout,
 		Checkpoint: t.opts.CriticCheckpointing, NoLogits: true})
+	if err != nil {
+		return st, fmt.Errorf("ppo: critic activations: %w", err)
+	}
 	if err := c.Forward(ca, model.Batch{IDs: bt.Seq, Mask: bt.Attn, Seed: t.seed(2)}); err != nil {
 		return st, fmt.Errorf("ppo: critic forward: %w", err)
 	}
@@ -258,7 +261,7 @@ func (t *Trainer) trainActs(site, b, s int) (*model.Acts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.acts.get(site, actor, b, s, opts), nil
+	return t.acts.get(site, actor, b, s, opts)
 }
 
 // actsCache keeps one set of activation buffers per pass, reused by the
@@ -271,12 +274,21 @@ type actsCache struct {
 	owner [numSites]*model.Model
 }
 
-func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptions) *model.Acts {
+func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptions) (*model.Acts, error) {
 	prev := c.acts[site]
 	if c.owner[site] != m {
-		prev = nil
+		prev.Free()
+		c.acts[site], prev = nil, nil
 	}
-	a := m.ReuseActs(prev, b, s, opts)
+	a, err := m.ReuseActs(prev, b, s, opts)
+	if err != nil {
+		prev.Free()
+		c.acts[site] = nil
+		return nil, err
+	}
+	if a != prev {
+		prev.Free()
+	}
 	c.acts[site], c.owner[site] = a, m
-	return a
+	return a, nil
 }

@@ -138,10 +138,16 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 	}
 	oc := train.OptimizerConfig{AdamW: optim.DefaultAdamW, Schedule: schedule, Warmup: opts.Warmup,
 		Total: opts.Iterations, ClipNorm: opts.MaxGradNorm}
-	actorTr := train.ModelTrainable(actor, train.ParamOptions{LR: cfg.ActorLR, WeightDecay: opts.ActorWeightDecay,
+	actorTr, err := train.ModelTrainable(actor, train.ParamOptions{LR: cfg.ActorLR, WeightDecay: opts.ActorWeightDecay,
 		LoRA: m.ActorLoRA, LoRALR: opts.ActorLoRALR, OnlyLoRA: opts.OnlyOptimizeLoRA})
-	criticTr := train.ModelTrainable(m.Critic, train.ParamOptions{LR: cfg.CriticLR, WeightDecay: opts.CriticWeightDecay,
+	if err != nil {
+		return nil, fmt.Errorf("ppo: actor: %w", err)
+	}
+	criticTr, err := train.ModelTrainable(m.Critic, train.ParamOptions{LR: cfg.CriticLR, WeightDecay: opts.CriticWeightDecay,
 		LoRA: m.CriticLoRA, LoRALR: opts.CriticLoRALR, OnlyLoRA: opts.OnlyOptimizeLoRA})
+	if err != nil {
+		return nil, fmt.Errorf("ppo: critic: %w", err)
+	}
 	if t.actorOpt, err = train.NewOptimizer(actor.Dev, actorTr, oc); err != nil {
 		return nil, err
 	}
@@ -150,12 +156,18 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 	}
 	if opts.EnableEMA {
 		d := actor.Dev
+		// The EMA is fp32 even for bf16 weights: 1−β = 0.008 of a step
+		// is below bf16's resolution and would be lost.
 		if !actor.FreezeBase {
-			t.emaFlat = d.Alloc(kernels.F32, actor.NumParams())
+			if t.emaFlat, err = d.Alloc(kernels.F32, actor.NumParams()); err != nil {
+				return nil, fmt.Errorf("ppo: actor EMA: %w", err)
+			}
 			d.Copy(t.emaFlat, actor.Params.Flat)
 		}
 		if m.ActorLoRA != nil {
-			t.emaLoRA = d.Alloc(kernels.F32, m.ActorLoRA.NumParams())
+			if t.emaLoRA, err = d.Alloc(kernels.F32, m.ActorLoRA.NumParams()); err != nil {
+				return nil, fmt.Errorf("ppo: actor LoRA EMA: %w", err)
+			}
 			d.Copy(t.emaLoRA, m.ActorLoRA.Params)
 		}
 	}

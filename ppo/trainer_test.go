@@ -193,7 +193,7 @@ func TestGenerateExperience(t *testing.T) {
 	}
 	// The score is the reward model's value at the last real token (scored
 	// without the left padding: equal up to rounding).
-	a := r.reward.NewActs(B, S, model.ActsOptions{NoLogits: true})
+	a := must(r.reward.NewActs(B, S, model.ActsOptions{NoLogits: true}))
 	if err := r.reward.Forward(a, model.Batch{IDs: bt.Seq, Mask: bt.Attn}); err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestMixtureGradient(t *testing.T) {
 	targets := model.ShiftLabels(u.IDs, u.B, u.T)
 	targets[0*6+5] = model.IgnoreIndex
 	targets[1*6+0] = model.IgnoreIndex // position 0 predicts position 1 (padding)
-	a := m.NewActs(u.B, u.T, model.ActsOptions{Train: true})
+	a := must(m.NewActs(u.B, u.T, model.ActsOptions{Train: true}))
 	if err := m.Forward(a, model.Batch{IDs: u.IDs, Mask: u.Mask, Targets: targets}); err != nil {
 		t.Fatal(err)
 	}

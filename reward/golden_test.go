@@ -90,7 +90,7 @@ func TestStageMatchesPyTorch(t *testing.T) {
 				}
 			}
 			// Values and scores, through the evaluation path.
-			a := m.NewActs(2*B, T, model.ActsOptions{NoLogits: true})
+			a := must(m.NewActs(2*B, T, model.ActsOptions{NoLogits: true}))
 			if err := m.Forward(a, model.Batch{IDs: append(append([]int32{}, cid...), rid...), Mask: append(append([]int32{}, cm...), rm...)}); err != nil {
 				t.Fatal(err)
 			}

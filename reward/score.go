@@ -113,7 +113,11 @@ func Score(m *model.Model, seqs [][]int32, batch int) ([]float32, error) {
 				}
 			}
 		}
-		a := m.NewActs(B, T, model.ActsOptions{NoLogits: true})
+		a, err := m.NewActs(B, T, model.ActsOptions{NoLogits: true})
+		if err != nil {
+			return nil, err
+		}
+		defer a.Free()
 		if err := m.Forward(a, model.Batch{IDs: ids, Mask: mask}); err != nil {
 			return nil, err
 		}

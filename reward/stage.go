@@ -72,14 +72,18 @@ func (s *Stage) pairs(exs []data.Example, a *model.Acts, seed uint64) (PairResul
 	return res, tokens, err
 }
 
-func (s *Stage) actsFor(cache map[int]*model.Acts, b int, train bool) *model.Acts {
+func (s *Stage) actsFor(cache map[int]*model.Acts, b int, train bool) (*model.Acts, error) {
 	a, ok := cache[b]
 	if !ok {
-		a = s.m.NewActs(2*b, s.col.T, model.ActsOptions{Train: train, Dropout: train && s.dropout,
+		var err error
+		a, err = s.m.NewActs(2*b, s.col.T, model.ActsOptions{Train: train, Dropout: train && s.dropout,
 			Checkpoint: train && s.checkpoint, NoLogits: true})
+		if err != nil {
+			return nil, err
+		}
 		cache[b] = a
 	}
-	return a
+	return a, nil
 }
 
 // TrainBatch implements train.Stage.
@@ -88,7 +92,10 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 	for i, j := range idx {
 		exs[i] = s.trainSet.Examples[j]
 	}
-	a := s.actsFor(s.acts, len(exs), true)
+	a, err := s.actsFor(s.acts, len(exs), true)
+	if err != nil {
+		return train.BatchStats{}, err
+	}
 	res, tokens, err := s.pairs(exs, a, seed)
 	if err != nil {
 		return train.BatchStats{}, err
@@ -114,7 +121,11 @@ func (s *Stage) Evaluate() (map[string]float64, error) {
 	correct := 0
 	for lo := 0; lo < len(exs); lo += s.evalBatch {
 		chunk := exs[lo:min(lo+s.evalBatch, len(exs))]
-		res, _, err := s.pairs(chunk, s.actsFor(s.evalActs, len(chunk), false), 0)
+		a, err := s.actsFor(s.evalActs, len(chunk), false)
+		if err != nil {
+			return nil, err
+		}
+		res, _, err := s.pairs(chunk, a, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -126,7 +126,7 @@ func TestOneStepMatchesPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr := train.ModelTrainable(m, train.ParamOptions{LR: 1e-3, WeightDecay: 0.1, LoRA: lo, LoRALR: 5e-3})
+			tr := must(train.ModelTrainable(m, train.ParamOptions{LR: 1e-3, WeightDecay: 0.1, LoRA: lo, LoRALR: 5e-3}))
 			cfg := train.Config{TrainSize: len(set.Examples), MicroBatch: 3, GradAccum: c.micro, MaxSteps: 1,
 				Schedule: "cosine", ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 1, Log: zerolog.Nop()}
 			if _, err := train.Run(context.Background(), dev, cfg, &fixedBatches{st: st, n: 3}, tr); err != nil {

@@ -77,7 +77,9 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 	}
 	a, ok := s.acts[len(idx)]
 	if !ok {
-		a = s.m.NewActs(len(idx), s.col.T, model.ActsOptions{Train: true, Dropout: s.dropout, Checkpoint: s.checkpoint})
+		if a, err = s.m.NewActs(len(idx), s.col.T, model.ActsOptions{Train: true, Dropout: s.dropout, Checkpoint: s.checkpoint}); err != nil {
+			return train.BatchStats{}, err
+		}
 		s.acts[len(idx)] = a
 	}
 	if err := s.m.Forward(a, mb); err != nil {
@@ -110,7 +112,9 @@ func (s *Stage) Evaluate() (map[string]float64, error) {
 		}
 		a, ok := s.evalActs[len(chunk)]
 		if !ok {
-			a = s.m.NewActs(len(chunk), s.col.T, model.ActsOptions{})
+			if a, err = s.m.NewActs(len(chunk), s.col.T, model.ActsOptions{}); err != nil {
+				return nil, err
+			}
 			s.evalActs[len(chunk)] = a
 		}
 		if err := s.m.Forward(a, mb); err != nil {

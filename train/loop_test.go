@@ -39,7 +39,7 @@ func newLin(t *testing.T, n, d int) *linStage {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
-	s := &linStage{dev: dev, w: dev.Alloc(kernels.F32, d), g: dev.Alloc(kernels.F32, d)}
+	s := &linStage{dev: dev, w: must(dev.Alloc(kernels.F32, d)), g: must(dev.Alloc(kernels.F32, d))}
 	truth := make([]float32, d)
 	for i := range truth {
 		truth[i] = float32(rng.NormFloat64())

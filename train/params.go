@@ -27,9 +27,11 @@ type ParamOptions struct {
 // FreezeBase for OnlyLoRA and allocates the model's gradients: with a frozen
 // base only the value head's, and then the model's groups and gradients are
 // the value head's alone (next to the adapters').
-func ModelTrainable(m *model.Model, o ParamOptions) Trainable {
+func ModelTrainable(m *model.Model, o ParamOptions) (Trainable, error) {
 	m.FreezeBase = o.OnlyLoRA && o.LoRA != nil
-	m.AllocGrads()
+	if err := m.AllocGrads(); err != nil {
+		return Trainable{}, err
+	}
 	decay := optim.Group{Name: "decay", LR: o.LR, WeightDecay: o.WeightDecay}
 	noDecay := optim.Group{Name: "no_decay", LR: o.LR}
 	tr := Trainable{State: map[string]kernels.Buffer{"model": m.Params.Flat}}
@@ -83,5 +85,5 @@ func ModelTrainable(m *model.Model, o ParamOptions) Trainable {
 		tr.Grads = append(tr.Grads, o.LoRA.Grads)
 		tr.State["lora"] = o.LoRA.Params
 	}
-	return tr
+	return tr, nil
 }

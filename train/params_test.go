@@ -34,7 +34,7 @@ func TestModelTrainableOnlyLoRA(t *testing.T) {
 		if fullFirst {
 			m.AllocGrads()
 		}
-		return m, lo, ModelTrainable(m, ParamOptions{LR: 1e-2, WeightDecay: 0.1, LoRA: lo, LoRALR: 5e-2, OnlyLoRA: true})
+		return m, lo, must(ModelTrainable(m, ParamOptions{LR: 1e-2, WeightDecay: 0.1, LoRA: lo, LoRALR: 5e-2, OnlyLoRA: true}))
 	}
 	m, lo, tr := setup(false)
 	ref, refLo, refTr := setup(true)
@@ -80,7 +80,7 @@ func TestModelTrainableOnlyLoRA(t *testing.T) {
 			for _, g := range tr.Grads {
 				dev.Zero(g)
 			}
-			a = m.ReuseActs(a, B, T, model.ActsOptions{Train: true})
+			a = must(m.ReuseActs(a, B, T, model.ActsOptions{Train: true}))
 			if err := m.Forward(a, in); err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestModelTrainableOnlyLoRA(t *testing.T) {
 	}
 
 	// Training everything again afterwards allocates full gradients.
-	tr = ModelTrainable(m, ParamOptions{LR: 1e-2})
+	tr = must(ModelTrainable(m, ParamOptions{LR: 1e-2}))
 	if m.FreezeBase || m.GradElems() != m.NumParams() || len(tr.Grads) != 1 || tr.Grads[0].Len() != m.NumParams() {
 		t.Errorf("unfrozen: %d gradient elements, %d buffers", m.GradElems(), len(tr.Grads))
 	}

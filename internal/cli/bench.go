@@ -103,11 +103,14 @@ func runBenchMatmul(opts *BenchMatmulOptions) error {
 		for i := range h {
 			h[i] = rng.Float32()*2 - 1
 		}
-		b := dev.Alloc(kernels.F32, sz)
+		b, err := dev.Alloc(kernels.F32, sz)
+		if err != nil {
+			panic(err) // a few MB; the helper rewrites this benchmark
+		}
 		dev.WriteF32(b, h)
 		return b
 	}
-	a, b, c := rnd(m*k), rnd(k*n), dev.Alloc(kernels.F32, m*n)
+	a, b, c := rnd(m*k), rnd(k*n), rnd(m*n)
 	lda, ldb := k, n
 	if ta {
 		lda = m
@@ -170,6 +173,7 @@ type BenchTrainOptions struct {
 	Batch, Seq int
 	Steps      int
 	Checkpoint bool
+	DType      string
 	JSON       bool
 }
 
@@ -208,6 +212,7 @@ func newBenchStepCmd(g *Globals, name, short string, run, runF func(*BenchTrainO
 	f.IntVar(&opts.Seq, "seq", 128, "sequence length T")
 	f.IntVar(&opts.Steps, "steps", 5, "timed optimizer steps (after one warm-up step)")
 	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
+	bindDType(f, &opts.DType)
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -225,7 +230,11 @@ func benchModel(opts *BenchTrainOptions) (*model.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.New(dev, cfg, model.Options{})
+	dt, err := resolveDType(opts.g, opts.DType, dev)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.New(dev, cfg, model.Options{DType: dt})
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +255,14 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 		return err
 	}
 	cfg, dev := m.Config, m.Dev
-	m.AllocGrads()
+	tr, err := train.ModelTrainable(m, train.ParamOptions{LR: 1e-4})
+	if err != nil {
+		return err
+	}
+	opt, err := train.NewOptimizer(dev, tr, train.OptimizerConfig{AdamW: optim.DefaultAdamW, Schedule: "constant", Total: 1})
+	if err != nil {
+		return err
+	}
 	B, T := opts.Batch, opts.Seq
 	rng := rand.New(rand.NewPCG(2, 2))
 	ids := make([]int32, B*T)
@@ -254,9 +270,11 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 		ids[i] = int32(3 + rng.IntN(cfg.VocabSize-3))
 	}
 	batch := model.Batch{IDs: ids, Targets: model.ShiftLabels(ids, B, T)}
-	a := m.NewActs(B, T, model.ActsOptions{Train: true, Dropout: true, Checkpoint: opts.Checkpoint})
+	a, err := m.NewActs(B, T, model.ActsOptions{Train: true, Dropout: true, Checkpoint: opts.Checkpoint})
+	if err != nil {
+		return err
+	}
 	n := m.NumParams()
-	mom, vel := dev.Alloc(kernels.F32, n), dev.Alloc(kernels.F32, n)
 	step := 0
 	var loss float32
 	trainStep := func() error {
@@ -266,14 +284,13 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 			return err
 		}
 		loss, _, _ = m.MeanLoss(a)
-		m.ZeroGrads()
 		if err := m.Backward(a, m.MeanLossGrad(a)); err != nil {
 			return err
 		}
-		dev.AdamWStep(m.Params.Flat, m.Grads.Flat, mom, vel, n, 1e-4, 0.9, 0.95, 1e-8, 0, 1, step)
-		return dev.Sync()
+		_, err := opt.Step(0, 1) // zeroes the gradients
+		return err
 	}
-	opts.g.Log.Info().Str("model", opts.Model).Int("params", n).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Msg("bench train")
+	opts.g.Log.Info().Str("model", opts.Model).Int("params", n).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Stringer("dtype", m.DType()).Msg("bench train")
 	if err := trainStep(); err != nil { // warm-up
 		return err
 	}
@@ -321,7 +338,10 @@ func runBenchSFT(opts *BenchTrainOptions) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	tr := train.ModelTrainable(m, train.ParamOptions{LR: 1e-4})
+	tr, err := train.ModelTrainable(m, train.ParamOptions{LR: 1e-4})
+	if err != nil {
+		return err
+	}
 	tcfg := train.Config{TrainSize: len(set.Examples), MicroBatch: B, GradAccum: 1, MaxSteps: opts.Steps + 1,
 		Schedule: "constant", ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 1, Dir: dir, Log: opts.g.Log}
 	opts.g.Log.Info().Str("model", opts.Model).Int("params", m.NumParams()).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Msg("bench sft")

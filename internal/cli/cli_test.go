@@ -99,7 +99,7 @@ func TestGenerateJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := append(append([]int32{}, res.PromptIDs...), res.Tokens...)
-	a := m.NewActs(1, len(seq), model.ActsOptions{})
+	a := must(m.NewActs(1, len(seq), model.ActsOptions{}))
 	if err := m.Forward(a, model.Batch{IDs: seq}); err != nil {
 		t.Fatal(err)
 	}

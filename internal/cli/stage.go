@@ -322,7 +322,10 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	if err != nil {
 		return usageError{err}
 	}
-	tr := train.ModelTrainable(m, train.ParamOptions{LR: o.LR, WeightDecay: o.WeightDecay, LoRA: lo, LoRALR: o.LoRALR, OnlyLoRA: o.OnlyLoRA})
+	tr, err := train.ModelTrainable(m, train.ParamOptions{LR: o.LR, WeightDecay: o.WeightDecay, LoRA: lo, LoRALR: o.LoRALR, OnlyLoRA: o.OnlyLoRA})
+	if err != nil {
+		return err
+	}
 	cfg := train.Config{TrainSize: len(trainSet.Examples), MicroBatch: o.TrainBatch, GradAccum: o.GradAccum,
 		Epochs: o.Epochs, MaxSteps: o.MaxSteps, Schedule: o.Scheduler, Warmup: o.Warmup, ClipNorm: o.MaxGradNorm,
 		AdamW: optim.DefaultAdamW, EvalEvery: o.EvalInterval, SaveEvery: o.SaveInterval, Seed: o.Seed,
@@ -402,16 +405,26 @@ func (o *StageOptions) saveModel(m *model.Model, lo *lora.LoRA) error {
 // fusion: the actor EMA's); m and lo are unchanged afterwards.
 func saveModelDir(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir, tokDir string) error {
 	if lo != nil {
-		base := m.Dev.Alloc(kernels.F32, m.NumParams())
+		base, err := m.Dev.Alloc(m.DType(), m.NumParams())
+		if err != nil {
+			return fmt.Errorf("saving %s: a copy of the weights to fuse LoRA into: %w", dir, err)
+		}
+		defer m.Dev.Free(base)
 		m.Dev.Copy(base, m.Params.Flat)
 		defer m.Dev.Copy(m.Params.Flat, base)
 		if loraParams != nil {
-			own := m.Dev.Alloc(kernels.F32, lo.Params.Len())
+			own, err := m.Dev.Alloc(kernels.F32, lo.Params.Len())
+			if err != nil {
+				return fmt.Errorf("saving %s: %w", dir, err)
+			}
+			defer m.Dev.Free(own)
 			m.Dev.Copy(own, lo.Params)
 			m.Dev.Copy(lo.Params, loraParams)
 			defer m.Dev.Copy(lo.Params, own)
 		}
-		lo.Fuse(m.Params.Flat)
+		if err := lo.Fuse(m.Params.Flat); err != nil {
+			return fmt.Errorf("saving %s: %w", dir, err)
+		}
 	}
 	if err := m.Save(dir, model.SaveOptions{}); err != nil {
 		return err

@@ -304,7 +304,7 @@ func checkSavedEqualsCheckpoint(t *testing.T, dir string) {
 	dev.WriteF32(trained.Params.Flat, flat)
 	ids := []int32{2, 50118, 50118, 33837, 35, 1437, 20, 6}
 	logits := func(m *model.Model) []float32 {
-		a := m.NewActs(1, len(ids), model.ActsOptions{})
+		a := must(m.NewActs(1, len(ids), model.ActsOptions{}))
 		if err := m.Forward(a, model.Batch{IDs: ids}); err != nil {
 			t.Fatal(err)
 		}

@@ -58,11 +58,20 @@ func lerp(start, end, w float32) float32 {
 	return float32(math.FMA(float64(w-1), float64(end-start), float64(end)))
 }
 
-// SumSquares returns Σ x[i]² for i < n in float64. Blocks of a fixed size
-// are summed independently and then added in order, so the result does not
-// depend on the thread count.
-func (d *Device) SumSquares(x kernels.Buffer, n int) float64 {
-	v := f32(x)[:n]
+// SumSquares returns Σ x[i]² over every element of every buffer, in
+// float64. Blocks of a fixed size are summed independently and then added
+// in order, so the result does not depend on the thread count.
+func (d *Device) SumSquares(xs ...kernels.Buffer) float64 {
+	var s float64
+	for _, x := range xs {
+		s += d.sumSquares(f32(x))
+	}
+	return s
+}
+
+// sumSquares is SumSquares of one slice.
+func (d *Device) sumSquares(v []float32) float64 {
+	n := len(v)
 	const block = 1 << 14
 	nb := (n + block - 1) / block
 	parts := make([]float64, nb)

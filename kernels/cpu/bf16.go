@@ -32,6 +32,12 @@ func bf16(b kernels.Buffer) []uint16 {
 	return s
 }
 
+// isBF16 reports whether b is a BF16 buffer (false for nil).
+func isBF16(b kernels.Buffer) bool {
+	_, ok := b.(BF16)
+	return ok
+}
+
 // ToBF16 rounds f to the nearest bfloat16, ties to even (what PyTorch's
 // .to(torch.bfloat16) and VCVTNEPS2BF16 do). NaNs stay NaN (quiet);
 // infinities and signed zeros are kept; values past the largest finite

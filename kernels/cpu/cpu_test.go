@@ -83,7 +83,7 @@ func TestThreadCountInvariance(t *testing.T) {
 		d.LayerNormForward(out, mean, rstd, inp, w, nil, n, c, 1e-5)
 		dx, dw, db := make(cpu.F32, n*c), make(cpu.F32, c), make(cpu.F32, c)
 		d.LayerNormBackward(dx, dw, db, dout, inp, w, mean, rstd, n, c)
-		ss := d.SumSquares(big, len(big))
+		ss := d.SumSquares(big)
 		dr, sc := make(cpu.F32, len(big)), make(cpu.F32, len(big))
 		d.DropoutForward(dr, sc, big, 0.1, 99, len(big))
 		ao, att := make(cpu.F32, 2*33*64), make(cpu.F32, 2*33*33)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -69,12 +70,19 @@ type Options struct {
 	// ISA forces a GEMM micro-kernel: "avx512", "avx2" or "generic".
 	// Empty picks the best the CPU supports.
 	ISA string
+	// MemLimit caps the bytes of live buffers (allocated and not freed);
+	// an Alloc past it fails with an error instead of the kernel killing
+	// the process. 0 means no cap.
+	MemLimit int64
 }
 
 // Device is the CPU backend. It implements kernels.Device.
 type Device struct {
 	threads int
 	isa     isa
+	limit   int64
+	live    atomic.Int64 // bytes of buffers allocated and not freed
+	peak    atomic.Int64
 }
 
 var _ kernels.Device = (*Device)(nil)
@@ -89,7 +97,10 @@ func New(opts Options) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Device{threads: t, isa: is}, nil
+	if opts.MemLimit < 0 {
+		return nil, fmt.Errorf("cpu: negative memory limit %d", opts.MemLimit)
+	}
+	return &Device{threads: t, isa: is, limit: opts.MemLimit}, nil
 }
 
 // Threads is the number of goroutines kernels use.
@@ -98,22 +109,66 @@ func (d *Device) Threads() int { return d.threads }
 // Name implements kernels.Device.
 func (d *Device) Name() string { return fmt.Sprintf("cpu/%s (%d threads)", d.isa, d.threads) }
 
-// Alloc implements kernels.Device.
-func (d *Device) Alloc(dt kernels.DType, n int) kernels.Buffer {
+// Alloc implements kernels.Device: a zeroed F32, BF16 or I32 buffer. It
+// fails when n is negative or the buffer would take the live bytes past
+// Options.MemLimit.
+func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("cpu: Alloc of %d %v elements", n, dt)
+	}
+	size := int64(n) * int64(dt.Size())
+	if dt != kernels.F32 && dt != kernels.BF16 && dt != kernels.I32 {
+		return nil, fmt.Errorf("cpu: Alloc of %v is not supported (F32, BF16 and I32 are)", dt)
+	}
+	live := d.live.Add(size)
+	if d.limit > 0 && live > d.limit {
+		d.live.Add(-size)
+		return nil, &kernels.OutOfMemoryError{Device: d.Name(), Want: size, Live: live - size, Limit: d.limit}
+	}
+	for p := d.peak.Load(); live > p && !d.peak.CompareAndSwap(p, live); p = d.peak.Load() {
+	}
 	switch dt {
 	case kernels.F32:
-		return make(F32, n)
-	case kernels.I32:
-		return make(I32, n)
+		return make(F32, n), nil
+	case kernels.BF16:
+		return make(BF16, n), nil
+	default:
+		return make(I32, n), nil
 	}
-	panic(fmt.Sprintf("cpu: Alloc of %v is not supported", dt))
 }
 
-// WriteF32 implements kernels.Device.
-func (d *Device) WriteF32(dst kernels.Buffer, src []float32) { mustCopy(f32(dst), src) }
+// Free implements kernels.Device: it returns b's bytes to the live count;
+// the garbage collector reclaims the memory once nothing refers to it.
+func (d *Device) Free(b kernels.Buffer) {
+	if b == nil {
+		return
+	}
+	d.live.Add(-int64(b.Len()) * int64(b.DType().Size()))
+}
 
-// ReadF32 implements kernels.Device.
-func (d *Device) ReadF32(dst []float32, src kernels.Buffer) { mustCopy(dst, f32(src)) }
+// MemStats implements kernels.Device.
+func (d *Device) MemStats() kernels.MemStats {
+	return kernels.MemStats{Live: d.live.Load(), Peak: d.peak.Load(), Limit: d.limit}
+}
+
+// WriteF32 implements kernels.Device; a BF16 dst receives src rounded to
+// nearest even.
+func (d *Device) WriteF32(dst kernels.Buffer, src []float32) {
+	if h, ok := dst.(BF16); ok {
+		roundSliceBF16(h, src)
+		return
+	}
+	mustCopy(f32(dst), src)
+}
+
+// ReadF32 implements kernels.Device; a BF16 src is widened (exact).
+func (d *Device) ReadF32(dst []float32, src kernels.Buffer) {
+	if h, ok := src.(BF16); ok {
+		widenSliceBF16(dst, h)
+		return
+	}
+	mustCopy(dst, f32(src))
+}
 
 // WriteI32 implements kernels.Device.
 func (d *Device) WriteI32(dst kernels.Buffer, src []int32) { mustCopy(i32(dst), src) }
@@ -135,16 +190,32 @@ func (d *Device) Zero(b kernels.Buffer) {
 		clear(s)
 	case I32:
 		clear(s)
+	case BF16:
+		clear(s)
 	default:
 		panic(fmt.Sprintf("cpu: Zero of %T", b))
 	}
 }
 
-// Copy implements kernels.Device.
+// Copy implements kernels.Device. F32 and BF16 convert into each other
+// (rounding to nearest even, or widening).
 func (d *Device) Copy(dst, src kernels.Buffer) {
+	if dst.Len() != src.Len() {
+		panic(fmt.Sprintf("cpu: copy of %d elements into %d", src.Len(), dst.Len()))
+	}
 	switch s := src.(type) {
 	case F32:
+		if h, ok := dst.(BF16); ok {
+			d.parallelFor(len(s), elemGrain, func(lo, hi int) { roundSliceBF16(h[lo:hi], s[lo:hi]) })
+			return
+		}
 		mustCopy(f32(dst), s)
+	case BF16:
+		if f, ok := dst.(F32); ok {
+			d.parallelFor(len(s), elemGrain, func(lo, hi int) { widenSliceBF16(f[lo:hi], s[lo:hi]) })
+			return
+		}
+		mustCopy(bf16(dst), s)
 	case I32:
 		mustCopy(i32(dst), s)
 	default:

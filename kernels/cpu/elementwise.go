@@ -10,9 +10,9 @@ import (
 // elementwise kernels.
 const elemGrain = 1 << 15
 
-// AddBias adds bias[C] to every row of out[N,C] (in place).
+// AddBias adds bias[C] (F32 or BF16) to every row of out[N,C] (in place).
 func (d *Device) AddBias(out, bias kernels.Buffer, n, c int) {
-	o, bs := f32(out)[:n*c], f32(bias)[:c]
+	o, bs := f32(out)[:n*c], asF32(bias)[:c]
 	if c == 0 {
 		return
 	}
@@ -26,8 +26,19 @@ func (d *Device) AddBias(out, bias kernels.Buffer, n, c int) {
 	})
 }
 
-// Add sets out[i] = a[i] + b[i] for i < n; out may alias a or b.
+// Add sets out[i] = a[i] + b[i] for i < n; out may alias a or b. b may be
+// BF16 (widened).
 func (d *Device) Add(out, a, b kernels.Buffer, n int) {
+	if h, ok := b.(BF16); ok {
+		o, x, y := f32(out)[:n], f32(a)[:n], h[:n]
+		d.parallelFor(n, elemGrain, func(lo, hi int) {
+			o, x, y := o[lo:hi], x[lo:hi], y[lo:hi]
+			for i := range o {
+				o[i] = x[i] + FromBF16(y[i])
+			}
+		})
+		return
+	}
 	o, x, y := f32(out)[:n], f32(a)[:n], f32(b)[:n]
 	d.parallelFor(n, elemGrain, func(lo, hi int) {
 		o, x, y := o[lo:hi], x[lo:hi], y[lo:hi]

@@ -6,14 +6,24 @@ import (
 	"github.com/gochat-ai/gochat/kernels"
 )
 
-// EmbeddingForward copies row ids[i] of table[V,C] into row i of out[N,C].
-// An id outside the table panics.
+// EmbeddingForward copies row ids[i] of table[V,C] (F32 or BF16, widened)
+// into row i of out[N,C]. An id outside the table panics.
 func (d *Device) EmbeddingForward(out, ids, table kernels.Buffer, n, c int) {
-	o, id, tb := f32(out)[:n*c], i32(ids)[:n], f32(table)
+	o, id := f32(out)[:n*c], i32(ids)[:n]
 	if c == 0 {
 		return
 	}
-	checkIDs(id, len(tb)/c)
+	checkIDs(id, table.Len()/c)
+	if tb, ok := table.(BF16); ok {
+		d.parallelFor(n, max(1, elemGrain/c), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				r := int(id[i])
+				widenSliceBF16(o[i*c:i*c+c], tb[r*c:r*c+c])
+			}
+		})
+		return
+	}
+	tb := f32(table)
 	d.parallelFor(n, max(1, elemGrain/c), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			r := int(id[i])

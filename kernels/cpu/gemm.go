@@ -89,6 +89,10 @@ func gemmAligned(buf *[]float32, n int) []float32 {
 
 // Gemm implements kernels.Ops.
 func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a kernels.Buffer, lda int, b kernels.Buffer, ldb int, beta float32, c kernels.Buffer, ldc int) {
+	if isBF16(a) || isBF16(b) {
+		gemmBF16(d.isa, d.threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, f32(c), ldc)
+		return
+	}
 	gemm(gemmKernelFor(d.isa), d.threads, transA, transB, m, n, k, alpha, f32(a), lda, f32(b), ldb, beta, f32(c), ldc)
 }
 

@@ -14,7 +14,7 @@ import (
 // PyTorch's float32 Welford.
 func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias kernels.Buffer, n, c int, eps float32) {
 	o, mu, rs, x := f32(out)[:n*c], f32(mean)[:n], f32(rstd)[:n], f32(inp)[:n*c]
-	w, b := f32(weight), f32(bias)
+	w, b := asF32(weight), asF32(bias)
 	if w != nil {
 		w = w[:c]
 	}
@@ -65,7 +65,7 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias kernels.Buf
 func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd kernels.Buffer, n, c int) {
 	dx, dy, x := f32(dinp)[:n*c], f32(dout)[:n*c], f32(inp)[:n*c]
 	mu, rs := f32(mean)[:n], f32(rstd)[:n]
-	w, dw, db := f32(weight), f32(dweight), f32(dbias)
+	w, dw, db := asF32(weight), f32(dweight), f32(dbias)
 	if w != nil {
 		w = w[:c]
 	}

@@ -8,11 +8,16 @@ import (
 
 // MatmulForward implements kernels.Ops: out[N,OC] = inp[N,C]·weight[OC,C]ᵀ
 // + bias[OC]. The bias rides inside the GEMM as one more step of K (see
-// gemmBias), so out is written once.
+// gemmBias), so out is written once. A BF16 weight makes it a bf16 matmul
+// (gemmBF16: inp rounded to bf16, fp32 accumulation).
 func (d *Device) MatmulForward(out, inp, weight, bias kernels.Buffer, n, c, oc int) {
 	o := f32(out)
 	if len(o) < n*oc {
 		panic(fmt.Sprintf("cpu: MatmulForward: out has %d elements, want %d", len(o), n*oc))
+	}
+	if isBF16(weight) {
+		gemmBF16(d.isa, d.threads, false, true, n, oc, c, 1, inp, c, weight, c, 0, asF32(bias), o, oc)
+		return
 	}
 	gemmBias(gemmKernelFor(d.isa), d.threads, false, true, n, oc, c, 1, f32(inp), c, f32(weight), c, 0, f32(bias), o, oc)
 }
@@ -21,9 +26,24 @@ func (d *Device) MatmulForward(out, inp, weight, bias kernels.Buffer, n, c, oc i
 // dinp[N,C] = dout[N,OC]·weight[OC,C] (overwrites; skipped when nil),
 // dweight[OC,C] += doutᵀ·inp (accumulates; skipped when nil),
 // dbias[OC] += Σ_rows dout (accumulates; skipped when nil).
+// With a BF16 weight both products are bf16 matmuls (inputs rounded to
+// bf16, fp32 accumulation into the F32 dinp and dweight), as in PyTorch's
+// autocast backward.
 func (d *Device) MatmulBackward(dinp, dweight, dbias, dout, inp, weight kernels.Buffer, n, c, oc int) {
 	kern := gemmKernelFor(d.isa)
 	g := f32(dout)
+	if isBF16(weight) {
+		if dinp != nil {
+			gemmBF16(d.isa, d.threads, false, false, n, c, oc, 1, dout, oc, weight, c, 0, nil, f32(dinp), c)
+		}
+		if dweight != nil {
+			gemmBF16(d.isa, d.threads, true, false, oc, c, n, 1, dout, oc, inp, c, 1, nil, f32(dweight), c)
+		}
+		if dbias != nil {
+			matmulBiasGrad(kern, d.threads, f32(dbias), g, n, oc)
+		}
+		return
+	}
 	if dinp != nil {
 		gemm(kern, d.threads, false, false, n, c, oc, 1, g, oc, f32(weight), c, 0, f32(dinp), c)
 	}

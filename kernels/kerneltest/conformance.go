@@ -650,7 +650,7 @@ func testSumSquares(e *Env) {
 		for _, v := range x {
 			want += float64(v) * float64(v)
 		}
-		got := e.Dev.SumSquares(e.F32(x), n)
+		got := e.Dev.SumSquares(e.F32(x))
 		if math.Abs(got-want) > 1e-12*want {
 			e.T.Fatalf("SumSquares n=%d: %.17g, want %.17g", n, got, want)
 		}

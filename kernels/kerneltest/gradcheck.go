@@ -89,7 +89,7 @@ func gradMatmul(e *Env) {
 		inp, wt, bias := e.Randn(n*c, 1), e.Randn(oc*c, 1), e.Randn(oc, 1)
 		w := e.Randn(n*oc, 1)
 		fwd := func(inp, wt, bias []float32) []float32 {
-			out := e.Dev.Alloc(kernels.F32, n*oc)
+			out := e.Alloc(kernels.F32, n*oc)
 			e.Dev.MatmulForward(out, e.F32(inp), e.F32(wt), e.F32(bias), n, c, oc)
 			return e.Read(out)
 		}
@@ -113,7 +113,7 @@ func gradLayerNorm(e *Env) {
 			}
 			w := e.Randn(n*c, 1)
 			fwd := func(x, wt, bias []float32) []float32 {
-				out, mean, rstd := e.Dev.Alloc(kernels.F32, n*c), e.Dev.Alloc(kernels.F32, n), e.Dev.Alloc(kernels.F32, n)
+				out, mean, rstd := e.Alloc(kernels.F32, n*c), e.Alloc(kernels.F32, n), e.Alloc(kernels.F32, n)
 				e.Dev.LayerNormForward(out, mean, rstd, e.F32(x), e.MaybeF32(wt), e.MaybeF32(bias), n, c, 1e-5)
 				return e.Read(out)
 			}
@@ -150,7 +150,7 @@ func gradReLU(e *Env) {
 	n := 200
 	x, w := awayFromZero(e, n), e.Randn(n, 1)
 	fwd := func(x []float32) []float32 {
-		out := e.Dev.Alloc(kernels.F32, n)
+		out := e.Alloc(kernels.F32, n)
 		e.Dev.ReLUForward(out, e.F32(x), n)
 		return e.Read(out)
 	}
@@ -164,7 +164,7 @@ func gradGELU(e *Env) {
 	n := 200
 	x, w := e.Randn(n, 2), e.Randn(n, 1)
 	fwd := func(x []float32) []float32 {
-		out := e.Dev.Alloc(kernels.F32, n)
+		out := e.Alloc(kernels.F32, n)
 		e.Dev.GELUForward(out, e.F32(x), n)
 		return e.Read(out)
 	}
@@ -182,7 +182,7 @@ func gradAttention(e *Env) {
 			qkv := e.Randn(s.b*s.t*3*c, 1)
 			mb := e.MaybeI32(mask)
 			fwd := func(x []float32) []float32 {
-				out, att := e.Dev.Alloc(kernels.F32, s.b*s.t*c), e.Dev.Alloc(kernels.F32, s.b*s.nh*s.t*s.t)
+				out, att := e.Alloc(kernels.F32, s.b*s.t*c), e.Alloc(kernels.F32, s.b*s.nh*s.t*s.t)
 				e.Dev.AttentionForward(out, att, e.F32(x), mb, s.b, s.t, s.nh, s.hs)
 				return e.Read(out)
 			}
@@ -203,7 +203,7 @@ func gradEmbedding(e *Env) {
 	table, ids, w := e.Randn(v*c, 1), e.RandIDs(n, v), e.Randn(n*c, 1)
 	idb := e.I32(ids)
 	fwd := func(x []float32) []float32 {
-		out := e.Dev.Alloc(kernels.F32, n*c)
+		out := e.Alloc(kernels.F32, n*c)
 		e.Dev.EmbeddingForward(out, idb, e.F32(x), n, c)
 		return e.Read(out)
 	}
@@ -219,7 +219,7 @@ func gradCrossEntropy(e *Env) {
 		tg := ceTargets(e, n, v, -100)
 		tb := e.I32(tg)
 		fwd := func(x []float32) []float32 {
-			out := e.Dev.Alloc(kernels.F32, n)
+			out := e.Alloc(kernels.F32, n)
 			e.Dev.CrossEntropyForward(out, e.F32(x), tb, n, v, -100)
 			return e.Read(out)
 		}
@@ -238,7 +238,7 @@ func gradLogProbGather(e *Env) {
 		ids := e.RandIDs(n, v)
 		ib := e.I32(ids)
 		fwd := func(x []float32) []float32 {
-			out := e.Dev.Alloc(kernels.F32, n)
+			out := e.Alloc(kernels.F32, n)
 			e.Dev.LogProbGather(out, e.F32(x), ib, n, v)
 			return e.Read(out)
 		}
@@ -257,7 +257,7 @@ func gradDropout(e *Env) {
 	n := 300
 	x, w := e.Randn(n, 1), e.Randn(n, 1)
 	fwd := func(x []float32) []float32 {
-		out, sc := e.Dev.Alloc(kernels.F32, n), e.Dev.Alloc(kernels.F32, n)
+		out, sc := e.Alloc(kernels.F32, n), e.Alloc(kernels.F32, n)
 		e.Dev.DropoutForward(out, sc, e.F32(x), 0.3, 7, n)
 		return e.Read(out)
 	}

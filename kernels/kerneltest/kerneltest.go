@@ -89,10 +89,20 @@ func NewEnv(t *testing.T, dev kernels.Device, name string) *Env {
 	return &Env{T: t, Dev: dev, Rng: rand.New(rand.NewPCG(h.Sum64(), 0x5eed))}
 }
 
+// Alloc is Dev.Alloc that fails the test on an error.
+func (e *Env) Alloc(dt kernels.DType, n int) kernels.Buffer {
+	e.T.Helper()
+	b, err := e.Dev.Alloc(dt, n)
+	if err != nil {
+		e.T.Fatalf("Alloc(%v, %d): %v", dt, n, err)
+	}
+	return b
+}
+
 // F32 uploads vals into a guarded F32 buffer of len(vals) elements.
 func (e *Env) F32(vals []float32) kernels.Buffer {
 	n := len(vals)
-	whole := e.Dev.Alloc(kernels.F32, n+2*guardLen)
+	whole := e.Alloc(kernels.F32, n+2*guardLen)
 	host := make([]float32, n+2*guardLen)
 	for i := range host {
 		host[i] = guardF32
@@ -106,7 +116,7 @@ func (e *Env) F32(vals []float32) kernels.Buffer {
 // I32 uploads vals into a guarded I32 buffer.
 func (e *Env) I32(vals []int32) kernels.Buffer {
 	n := len(vals)
-	whole := e.Dev.Alloc(kernels.I32, n+2*guardLen)
+	whole := e.Alloc(kernels.I32, n+2*guardLen)
 	host := make([]int32, n+2*guardLen)
 	for i := range host {
 		host[i] = guardI32

@@ -104,7 +104,11 @@ func runGenerate(opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no"})
+	dt, err := resolveDType(opts.g, opts.DType, dev)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no", DType: dt})
 	if err != nil {
 		return err
 	}

@@ -304,3 +304,30 @@ func TestGenerateClampsMaxNewTokens(t *testing.T) {
 		t.Errorf("a 16-token prompt: code %d, %q", code, errOut)
 	}
 }
+
+// TestBenchDecode runs the decoding benchmark for both precisions in one
+// process on the tiny golden architecture.
+func TestBenchDecode(t *testing.T) {
+	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "preln", "config.json")
+	out, errOut, code := run(t, "bench", "decode", "--model", cfg, "--dtype", "fp32,bf16", "--prompt", "3", "--new", "4", "--runs", "1", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 JSON lines, got %q", out)
+	}
+	for i, want := range []string{"f32", "bf16"} {
+		var r struct {
+			DType  string  `json:"dtype"`
+			TPS    float64 `json:"decode_tokens_per_sec"`
+			Weight int     `json:"weight_bytes"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.DType != want || r.TPS <= 0 || r.Weight <= 0 {
+			t.Errorf("line %d: %q (%v)", i, lines[i], err)
+		}
+	}
+	if _, errOut, code := run(t, "bench", "decode", "--model", cfg, "--dtype", "fp16"); code != 2 || !strings.Contains(errOut, "--dtype") {
+		t.Errorf("--dtype fp16: code %d, %q", code, errOut)
+	}
+}

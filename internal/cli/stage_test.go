@@ -226,7 +226,8 @@ func lastLine(s string) string {
 }
 
 // TestSFTResumeAfterSIGKILL kills `gochat sft` mid-epoch, resumes it, and
-// compares the final weights with an uninterrupted run byte for byte.
+// compares the final weights with an uninterrupted run byte for byte — in
+// bf16, so the checkpoint must carry the fp32 master weights as well.
 func TestSFTResumeAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the command three times")
@@ -236,7 +237,8 @@ func TestSFTResumeAfterSIGKILL(t *testing.T) {
 	args := func(dir string) []string {
 		return []string{"--log-format", "json", "--threads", "2", "sft", "--model", mdir, "--data", sample(), "--data-split", "1,0,0",
 			"--max-seq-len", "40", "--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
-			"--num-train-epochs", "4", "--save-interval", "2", "--learning-rate", "1e-3", "--output-dir", dir, "--data-cache", "off"}
+			"--num-train-epochs", "4", "--save-interval", "2", "--learning-rate", "1e-3", "--output-dir", dir, "--data-cache", "off",
+			"--dtype", "bf16"} // the fp32 master weights must survive the kill too
 	}
 	ref := filepath.Join(out, "ref")
 	if _, e, code := run(t, args(ref)...); code != 0 {

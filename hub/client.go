@@ -133,39 +133,18 @@ const convertedParquet = "refs/convert/parquet"
 
 // Snapshot returns the snapshot directory of a repository at a revision (a
 // branch, a tag or a commit hash; "" means main). A snapshot the cache holds
-// with the files gochat reads is used without asking the Hub; otherwise,
-// unless the client is offline, the revision is resolved to its commit, the
-// missing files are downloaded (see the package documentation), and the
-// ref is recorded. For a dataset at the default revision whose main branch
-// has no Parquet or JSON data (a loading script), the Hub's Parquet
-// conversion (refs/convert/parquet) is used.
+// with the files gochat reads is used without asking the Hub (Cached);
+// otherwise, unless the client is offline, the revision is resolved to its
+// commit, the missing files are downloaded (see the package
+// documentation), and the ref is recorded. For a dataset at the default
+// revision whose main branch has no Parquet or JSON data (a loading
+// script), the Hub's Parquet conversion (refs/convert/parquet) is used.
 func (c *Client) Snapshot(ctx context.Context, r Repo, revision string) (string, error) {
-	revs := []string{revision}
-	if revision == "" {
-		revs[0] = "main"
-		if r.Type == Dataset {
-			revs = append(revs, convertedParquet)
-		}
+	dir, lack, err := c.cached(r, revision)
+	if err != nil || dir != "" {
+		return dir, err
 	}
-	lack := ""
-	for _, rev := range revs {
-		dir, commit, err := Lookup(c.Cache, r, rev)
-		if errors.Is(err, ErrNotCached) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", r, err)
-		}
-		repoDir := filepath.Join(c.Cache, r.Folder())
-		if m := missing(r.Type, repoDir, commit, dir); m != "" {
-			if lack == "" {
-				lack = m
-			}
-			continue
-		}
-		c.Log.Debug().Str("repo", r.String()).Str("revision", rev).Str("dir", dir).Msg("hub cache")
-		return dir, nil
-	}
+	revs := revisions(r, revision)
 	if c.Offline {
 		if lack != "" {
 			return "", fmt.Errorf("HF_HUB_OFFLINE=1 and %s (revision %s) is incomplete in the cache at %s (no %s); run once online or unset HF_HUB_OFFLINE: %w",
@@ -190,4 +169,54 @@ func (c *Client) Snapshot(ctx context.Context, r Repo, revision string) (string,
 		}
 	}
 	return "", first
+}
+
+// Cached is Snapshot without the network: the snapshot of r at revision
+// when the cache holds it with the files gochat reads, else an error
+// wrapping ErrNotCached that says what is missing.
+func (c *Client) Cached(r Repo, revision string) (string, error) {
+	dir, lack, err := c.cached(r, revision)
+	switch {
+	case err != nil || dir != "":
+		return dir, err
+	case lack != "":
+		return "", fmt.Errorf("%s (revision %s) is incomplete in the Hugging Face cache at %s (no %s): %w",
+			r, revisions(r, revision)[0], c.Cache, lack, ErrNotCached)
+	}
+	return "", fmt.Errorf("%s (revision %s) is not in the Hugging Face cache at %s: %w", r, revisions(r, revision)[0], c.Cache, ErrNotCached)
+}
+
+// revisions are the revisions that stand for revision: "" is main, and for
+// a dataset then also refs/convert/parquet.
+func revisions(r Repo, revision string) []string {
+	if revision != "" {
+		return []string{revision}
+	}
+	if r.Type == Dataset {
+		return []string{"main", convertedParquet}
+	}
+	return []string{"main"}
+}
+
+// cached finds a complete snapshot of r at revision in the cache; when
+// there is none, lack names what a snapshot found lacks ("" if none was).
+func (c *Client) cached(r Repo, revision string) (dir, lack string, err error) {
+	for _, rev := range revisions(r, revision) {
+		dir, commit, err := Lookup(c.Cache, r, rev)
+		if errors.Is(err, ErrNotCached) {
+			continue
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("%s: %w", r, err)
+		}
+		if m := missing(r.Type, filepath.Join(c.Cache, r.Folder()), commit, dir); m != "" {
+			if lack == "" {
+				lack = m
+			}
+			continue
+		}
+		c.Log.Debug().Str("repo", r.String()).Str("revision", rev).Str("dir", dir).Msg("hub cache")
+		return dir, "", nil
+	}
+	return "", lack, nil
 }

@@ -341,6 +341,7 @@ func (c *Client) fetchBlob(ctx context.Context, r Repo, revision, file string, m
 			return fmt.Errorf("download %s: %w (gave up after %d tries without progress; run again to resume at byte %d of %d)",
 				what, err, fails, t.have, m.Size)
 		}
+		prog.breakLine()
 		c.Log.Warn().Err(err).Str("repo", r.String()).Str("file", file).Int64("resume_at", t.have).Msg("download interrupted; resuming")
 		if wait > 0 && fails > 0 {
 			d := min(wait<<(fails-1), 30*time.Second)

@@ -408,10 +408,18 @@ func TestOffline(t *testing.T) {
 	if n := len(s.Requests()); n != 0 {
 		t.Errorf("offline client made %d requests", n)
 	}
+	tiny := Repo{Model, "org/tiny"}
+	if _, err := (&Client{Cache: cache}).Cached(tiny, ""); !errors.Is(err, ErrNotCached) ||
+		!strings.Contains(err.Error(), "org/tiny (revision main) is not in the Hugging Face cache at "+cache) {
+		t.Errorf("Cached before the download: %v", err)
+	}
 	on := &Client{Cache: cache, Endpoint: s.URL}
 	dir, err := on.Model(context.Background(), "org/tiny", "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got, err := (&Client{Cache: cache}).Cached(tiny, ""); err != nil || got != dir {
+		t.Errorf("Cached after the download: %s, %v", got, err)
 	}
 	s.Reset()
 	if got, err := off.Model(context.Background(), "org/tiny", ""); err != nil || got != dir {

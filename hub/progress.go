@@ -62,10 +62,19 @@ func (p *progress) finish(done int64) {
 		Str("rate", formatBytes(p.rate(done, now))+"/s").Msg("downloaded")
 }
 
-// stop ends the bar's line.
-func (p *progress) stop() {
-	if p.w != nil && p.drawn && !p.stopped {
+// breakLine ends the bar's line, so that a log line can follow; the next
+// update draws the bar anew.
+func (p *progress) breakLine() {
+	if p.w != nil && p.drawn {
 		fmt.Fprintln(p.w)
+	}
+	p.drawn = false
+}
+
+// stop ends the bar's line for good.
+func (p *progress) stop() {
+	if !p.stopped {
+		p.breakLine()
 	}
 	p.stopped = true
 }

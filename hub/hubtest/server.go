@@ -1,6 +1,6 @@
 // Package hubtest runs a local HTTP server that behaves like the Hugging
 // Face Hub for the requests package hub makes: the revision API with its
-// file list, HEAD and GET on resolve URLs with X-Repo-Commit, ETag,
+// file list (and the tree listing huggingface_hub reads), HEAD and GET on resolve URLs with X-Repo-Commit, ETag,
 // X-Linked-Etag and X-Linked-Size, redirects of LFS files to a second
 // server standing for the CDN, Range requests, and 401/404 answers with
 // X-Error-Code. Faults can be injected: a connection dropped in the middle
@@ -232,7 +232,12 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.EscapedPath()
 	if rest, ok := strings.CutPrefix(p, "/api/"); ok {
 		kind, rest, _ := strings.Cut(rest, "/")
+		serve := s.serveInfo
 		id, rev, ok := strings.Cut(rest, "/revision/")
+		if !ok {
+			serve = s.serveTree
+			id, rev, ok = strings.Cut(rest, "/tree/")
+		}
 		if !ok || (kind != "models" && kind != "datasets") || r.Method != http.MethodGet {
 			http.NotFound(w, r)
 			return
@@ -241,7 +246,7 @@ func (s *Server) serveHub(w http.ResponseWriter, r *http.Request) {
 		if s.redirectRenamed(w, r, strings.TrimSuffix(kind, "s"), id) {
 			return
 		}
-		s.serveInfo(w, r, strings.TrimSuffix(kind, "s"), id, rev)
+		serve(w, r, strings.TrimSuffix(kind, "s"), id, rev)
 		return
 	}
 	kind := "model"
@@ -318,6 +323,49 @@ func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request, kind, id, rev
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(info)
+}
+
+// serveTree answers the recursive tree listing of a revision
+// (GET /api/{models,datasets}/ID/tree/REV?recursive=true), which
+// huggingface_hub's snapshot_download reads: files with their git blob id,
+// size and LFS sha256, and the folders.
+func (s *Server) serveTree(w http.ResponseWriter, r *http.Request, kind, id, rev string) {
+	rp, commit, ok := s.lookup(w, r, kind, id, rev, false)
+	if !ok {
+		return
+	}
+	type lfs struct {
+		OID         string `json:"oid"`
+		Size        int    `json:"size"`
+		PointerSize int    `json:"pointerSize"`
+	}
+	type entry struct {
+		Type string `json:"type"`
+		OID  string `json:"oid"`
+		Size int    `json:"size"`
+		Path string `json:"path"`
+		LFS  *lfs   `json:"lfs,omitempty"`
+	}
+	s.mu.Lock()
+	entries := []entry{}
+	dirs := map[string]bool{}
+	for p, f := range rp.commits[commit] {
+		e := entry{Type: "file", OID: GitBlobID(f.data), Size: len(f.data), Path: p}
+		if f.lfs {
+			e.LFS = &lfs{OID: SHA256(f.data), Size: len(f.data), PointerSize: 134}
+		}
+		entries = append(entries, e)
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	s.mu.Unlock()
+	for d := range dirs {
+		entries = append(entries, entry{Type: "directory", OID: GitBlobID([]byte(d)), Path: d})
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.Path, b.Path) })
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(entries)
 }
 
 // serveCDN answers GETs of LFS content by sha256.

@@ -28,6 +28,9 @@ const sharedData = "../../../shared/data"
 
 // TestMain lets a test re-run this binary as the gochat command (for the
 // SIGKILL test): GOCHAT_TEST_MAIN=1 runs Main on the arguments after "--".
+// No test reaches the Hub or the developer's Hugging Face cache: the cache
+// is an empty temporary folder and HF_HUB_OFFLINE=1, unless a test sets
+// HF_ENDPOINT to a fake Hub and clears it (hubnames_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv("GOCHAT_TEST_MAIN") == "1" {
 		args := os.Args
@@ -39,7 +42,17 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(Main(args, os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	cache, err := os.MkdirTemp("", "gochat-hf-cache-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("HF_HUB_CACHE", cache)
+	os.Setenv("HF_HOME", cache) // no token file of the developer's
+	os.Setenv("HF_HUB_OFFLINE", "1")
+	os.Setenv("HF_ENDPOINT", "http://127.0.0.1:1") // nothing listens there
+	code := m.Run()
+	os.RemoveAll(cache)
+	os.Exit(code)
 }
 
 // tinyModel writes a randomly initialised tiny OPT with the real OPT

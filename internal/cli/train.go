@@ -25,7 +25,9 @@ type TrainOptions struct {
 	Force     bool
 	Seed      uint64
 	DType     string
-	recipe    *recipes.Recipe
+	// Revision and DataRevision are passed to every step.
+	Revision, DataRevision string
+	recipe                 *recipes.Recipe
 }
 
 // completeFile marks a finished step's output directory.
@@ -34,14 +36,17 @@ const completeFile = ".complete"
 func newTrainCmd(g *Globals, runF func(*TrainOptions) error) *cobra.Command {
 	o := &TrainOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "train --actor MODEL --reward MODEL --data NAME|PATH... --output-dir DIR [--recipe NAME|FILE]",
+		Use:   "train --actor MODEL --reward MODEL [--data NAME|PATH...] --output-dir DIR [--recipe NAME|FILE]",
 		Short: "Run steps 1 (SFT) -> 2 (reward model) -> 3 (PPO) into one output directory",
 		Long: `Run the three RLHF steps: step 1 fine-tunes --actor into OUTPUT/actor, step 2
 trains a reward model from --reward into OUTPUT/reward, step 3 runs PPO from
 both into OUTPUT/ppo. A step whose output is complete is skipped unless
 --force; an interrupted step resumes from its checkpoint. --recipe
 loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
---actor, --reward and --data given here override the recipe's.`,
+--actor, --reward and --data given here override the recipe's. Models are
+directories, Hub ids (facebook/opt-1.3b) or DeepSpeed-Chat's short forms
+(1.3b, 350m); a Hub id is read from the Hugging Face cache and downloaded
+into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Recipe != "" {
@@ -72,9 +77,11 @@ loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Actor, "actor", "", "the pre-trained actor model directory")
-	f.StringVar(&o.Reward, "reward", "", "the pre-trained model the reward model starts from")
-	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's)")
+	f.StringVar(&o.Actor, "actor", "", "the pre-trained actor: a directory, a Hub id or a short form (1.3b)")
+	f.StringVar(&o.Reward, "reward", "", "the pre-trained model the reward model starts from (350m: facebook/opt-350m)")
+	f.StringVar(&o.Revision, "revision", "", "Hub revision (branch, tag or commit) of the models named by Hub id (default main)")
+	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's; default Dahoas/rm-static)")
+	f.StringVar(&o.DataRevision, "data-revision", "", "Hub revision of the --data datasets named by Hub id (default main)")
 	f.StringVar(&o.Recipe, "recipe", "", "a built-in recipe name or a YAML file")
 	f.StringVar(&o.OutputDir, "output-dir", "", "receives actor/, reward/ and ppo/")
 	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
@@ -201,6 +208,12 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 	args = append(args, "--seed", fmt.Sprint(o.Seed))
 	if o.DType != "auto" || o.recipe == nil || !o.recipe.Sets(step, "dtype") {
 		args = append(args, "--dtype", o.DType)
+	}
+	if o.Revision != "" {
+		args = append(args, "--revision", o.Revision)
+	}
+	if o.DataRevision != "" {
+		args = append(args, "--data-revision", o.DataRevision)
 	}
 	for _, d := range o.Data {
 		args = append(args, "--data", d)

@@ -76,7 +76,7 @@ func TestGenerateFlags(t *testing.T) {
 
 func TestGenerateJSON(t *testing.T) {
 	dir := filepath.Join("..", "..", "model", "testdata", "golden", "preln")
-	out, errOut, code := run(t, "--log-format", "json", "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "5", "--json")
+	out, errOut, code := run(t, "--log-format", "json", "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "5", "--json", "--dtype", "fp32")
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errOut)
 	}

@@ -176,7 +176,7 @@ func TestSFTAndRewardOverfit(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &row); err != nil {
 			t.Fatal(err)
 		}
-		sout, errOut, code := run(t, "score", "--model", rwDir, "--prompt", row.Prompt, "--answer", row.Chosen, "--answer", row.Rejected, "--json")
+		sout, errOut, code := run(t, "score", "--model", rwDir, "--prompt", row.Prompt, "--answer", row.Chosen, "--answer", row.Rejected, "--json", "--dtype", "fp32")
 		var res struct{ Scores []float32 }
 		if code != 0 || json.Unmarshal([]byte(sout), &res) != nil || len(res.Scores) != 2 {
 			t.Fatalf("score: code %d %q %s", code, sout, errOut)
@@ -421,7 +421,9 @@ func TestPPOSmoke(t *testing.T) {
 // scoreOf runs `gochat score` on one answer.
 func scoreOf(t *testing.T, rm, prompt, answer string) float64 {
 	t.Helper()
-	out, e, code := run(t, "score", "--model", rm, "--prompt", prompt, "--answer", answer, "--json")
+	// fp32: the callers compare with fp32 models loaded here (--dtype auto
+	// would depend on the CPU).
+	out, e, code := run(t, "score", "--model", rm, "--prompt", prompt, "--answer", answer, "--json", "--dtype", "fp32")
 	var res struct{ Scores []float64 }
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Scores) != 1 {
 		t.Fatalf("gochat score: code %d %s %s", code, out, lastLine(e))
@@ -439,7 +441,7 @@ func TestPrintAnswersMatchScore(t *testing.T) {
 	rm := rewardModel(t)
 	out := filepath.Join(t.TempDir(), "ppo")
 	_, errOut, code := run(t, ppoArgs(rm, out, "--max-answer-seq-len", "6", "--per-device-training-batch-size", "4",
-		"--max-steps", "1", "--print-answers")...)
+		"--max-steps", "1", "--print-answers", "--dtype", "fp32")...)
 	if code != 0 {
 		t.Fatalf("ppo: %s", lastLine(errOut))
 	}

@@ -246,9 +246,10 @@ type gemmTileKernel struct {
 	// C or the bias and store them straight into C for every whole
 	// panel. tile is a 64-byte aligned scratch of 32×32 floats.
 	strip func(a, b *uint16, kb, nb int, c *float32, ldc, rows, cols int, alpha, beta float32, bias *float32, direct bool, tile *float32)
-	// packA packs a K slice of one A micro-panel, packB of one B
-	// micro-panel, in the layout above (gemmTilePackA and gemmTilePackB
-	// are the portable versions).
+	// packA packs a K slice of one A micro-panel; packB packs a K slice
+	// of the ⌈cols/32⌉ B micro-panels of columns j0..j0+cols, one after
+	// the other; both in the layout above (gemmTilePackA and
+	// gemmTilePackB are the portable versions).
 	packA func(d []uint16, transA bool, a gemmSrc, lda, i0, p0, rows, kc int)
 	packB func(d []uint16, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int)
 }
@@ -271,21 +272,23 @@ func gemmTilePackA(d []uint16, transA bool, a gemmSrc, lda, i0, p0, rows, kc int
 	}
 }
 
-// gemmTilePackB packs a K slice of one B micro-panel:
-// d[q*1024 + (j/16)*512 + r*32 + (j%16)*2 + e] = bf16(op(B)[p0+p, j0+j])
-// with p = 32q+2r+e, for j < cols, p < kc, zeros elsewhere in ⌈kc/32⌉
-// blocks.
+// gemmTilePackB packs a K slice of the B micro-panels of columns
+// j0..j0+cols, panel after panel: d[t*kb*1024 + q*1024 + (j/16)*512 +
+// r*32 + (j%16)*2 + e] = bf16(op(B)[p0+p, j0+32t+j]) with p = 32q+2r+e,
+// for 32t+j < cols, p < kc, zeros elsewhere in kb = ⌈kc/32⌉ blocks.
 func gemmTilePackB(d []uint16, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int) {
 	kb := (kc + gemmTileKB - 1) / gemmTileKB
-	d = d[:kb*gemmTileBlock]
+	panels := (cols + gemmTileNR - 1) / gemmTileNR
+	d = d[:panels*kb*gemmTileBlock]
 	clear(d)
 	for j := range cols {
+		pan := d[j/gemmTileNR*kb*gemmTileBlock:]
 		for p := range kc {
 			o := (p0+p)*ldb + j0 + j
 			if transB {
 				o = (j0+j)*ldb + p0 + p
 			}
-			d[gemmTileBIndex(p, j)] = b.bf16(o)
+			pan[gemmTileBIndex(p, j%gemmTileNR)] = b.bf16(o)
 		}
 	}
 }
@@ -409,10 +412,7 @@ func (j *gemmTileJob) compute(s *gemmScratch, first, end int) {
 		for jc := 0; jc < n; jc += ncMax {
 			nc := min(ncMax, n-jc)
 			panels := (nc + gemmTileNR - 1) / gemmTileNR
-			for jp := range panels {
-				d := bp[jp*kb*gemmTileBlock : (jp+1)*kb*gemmTileBlock]
-				kern.packB(d, j.transB, j.b, j.ldb, pc, lo+jc+jp*gemmTileNR, min(gemmTileNR, nc-jp*gemmTileNR), kc)
-			}
+			kern.packB(bp, j.transB, j.b, j.ldb, pc, lo+jc, nc, kc)
 			var bptr *float32
 			if bias != nil {
 				bptr = &bias[lo+jc]

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -41,16 +42,17 @@ func gemmPackTransF32(dst *uint16, src *float32, lds, kb int)
 //go:noescape
 func gemmPackTransBF16(dst, src *uint16, lds, kb int)
 
-// gemmPackPairsF32 sets dst[q*1024 + (j/16)*512 + r*32 + (j%16)*2 + e] =
-// bf16(src[(32q+2r+e)*lds + j]) for j < 32, r < 16, e < 2, q < kb.
+// gemmPackPairsF32 sets dst[t*pan + q*1024 + (j/16)*512 + r*32 + (j%16)*2
+// + e] = bf16(src[(32q+2r+e)*lds + 32t + j]) for j < 32, r < 16, e < 2,
+// q < kb, t < panels: whole B panels from rows of B.
 //
 //go:noescape
-func gemmPackPairsF32(dst *uint16, src *float32, lds, kb int)
+func gemmPackPairsF32(dst *uint16, src *float32, lds, kb, panels, pan int)
 
 // gemmPackPairsBF16 is gemmPackPairsF32 for a BF16 source.
 //
 //go:noescape
-func gemmPackPairsBF16(dst, src *uint16, lds, kb int)
+func gemmPackPairsBF16(dst, src *uint16, lds, kb, panels, pan int)
 
 // gemmPackPairsTF32 sets dst[q*1024 + i*32 + 2r + e] =
 // bf16(src[(32q+2r+e)*lds + i]) for i, r < 16, e < 2, q < kb.
@@ -63,6 +65,60 @@ func gemmPackPairsTF32(dst *uint16, src *float32, lds, kb int)
 //go:noescape
 func gemmPackPairsTBF16(dst, src *uint16, lds, kb int)
 
+// gemmSkinnyDots1BF16 sets s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for
+// j < nw, p < k.
+//
+//go:noescape
+func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
+
+// gemmSkinnyDots4BF16 sets s[i*lds + j] = Σ_p xi[p]·FromBF16(w[j*ldw + p])
+// for i < 4, j < nw, p < k.
+//
+//go:noescape
+func gemmSkinnyDots4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s *float32, lds int)
+
+// gemmSkinnyAxpys1BF16 sets s[j] = Σ_p x[p]·FromBF16(w[p*ldw + j]) for
+// j < nw, p < k.
+//
+//go:noescape
+func gemmSkinnyAxpys1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
+
+// gemmSkinnyAxpys4BF16 sets s[i*lds + j] = Σ_p xi[p]·FromBF16(w[p*ldw +
+// j]) for i < 4, j < nw, p < k.
+//
+//go:noescape
+func gemmSkinnyAxpys4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s *float32, lds int)
+
+// gemmSkinnyAVX512 are the skinny kernels in AVX-512 (F and BW). With
+// more than one row of X they compute four, the missing ones repeating
+// the last (the caller's s has room for four rows).
+var gemmSkinnyAVX512 = gemmSkinnyKernels{
+	dots: func(x *float32, ldx, mm int, w *uint16, ldw, nw, k int, s *float32, lds int) {
+		if mm == 1 {
+			gemmSkinnyDots1BF16(x, w, ldw, nw, k, s)
+			return
+		}
+		x0, x1, x2, x3 := gemmSkinnyRowPtrs(x, ldx, mm, k)
+		gemmSkinnyDots4BF16(x0, x1, x2, x3, w, ldw, nw, k, s, lds)
+	},
+	axpys: func(x *float32, ldx, mm int, w *uint16, ldw, nw, k int, s *float32, lds int) {
+		if mm == 1 {
+			gemmSkinnyAxpys1BF16(x, w, ldw, nw, k, s)
+			return
+		}
+		x0, x1, x2, x3 := gemmSkinnyRowPtrs(x, ldx, mm, k)
+		gemmSkinnyAxpys4BF16(x0, x1, x2, x3, w, ldw, nw, k, s, lds)
+	},
+}
+
+// gemmSkinnyRowPtrs returns rows 0-3 of X (rows ldx apart, mm of them,
+// k values each), the rows past mm repeating row mm-1.
+func gemmSkinnyRowPtrs(x *float32, ldx, mm, k int) (x0, x1, x2, x3 *float32) {
+	xs := unsafe.Slice(x, (mm-1)*ldx+k)
+	row := func(i int) *float32 { return &xs[min(i, mm-1)*ldx] }
+	return row(0), row(1), row(2), row(3)
+}
+
 // Cache blocking of the tile kernels. An AMX strip keeps one A micro-panel
 // (32 rows × kc: 32 KiB at kc = 512) in L1 while it streams the B
 // micro-panels (32 KiB each) of a kc×nc B block (0.5 MiB at nc = 512) from
@@ -70,14 +126,14 @@ func gemmPackPairsTBF16(dst, src *uint16, lds, kb int)
 var (
 	gemmTileAMX = gemmTileKernel{
 		name: "amx",
-		kc:   512, mc: 32 * 16, nc: 32 * 16,
+		kc:   512, mc: 32 * 64, nc: 32 * 16,
 		strip: gemmStripAMX,
 		packA: gemmTilePackAAVX512,
 		packB: gemmTilePackBAVX512,
 	}
 	gemmTileDPBF16 = gemmTileKernel{
 		name: "avx512bf16",
-		kc:   512, mc: 32 * 16, nc: 32 * 16,
+		kc:   512, mc: 32 * 64, nc: 32 * 16,
 		strip: gemmStripDPBF16,
 		packA: gemmTilePackAAVX512,
 		packB: gemmTilePackBAVX512,
@@ -87,10 +143,19 @@ var (
 var (
 	gemmBF16Generic = gemmBF16Impl{name: "generic", fp32: &gemmGeneric}
 	gemmBF16AVX2    = gemmBF16Impl{name: "avx2", fp32: &gemmAVX2}
-	gemmBF16AVX512  = gemmBF16Impl{name: "avx512", fp32: &gemmAVX512}
-	gemmBF16DPBF16  = gemmBF16Impl{name: "avx512bf16", fp32: &gemmAVX512, tile: &gemmTileDPBF16}
-	gemmBF16AMX     = gemmBF16Impl{name: "amx", fp32: &gemmAVX512, tile: &gemmTileAMX}
+	gemmBF16AVX512  = gemmBF16Impl{name: "avx512", fp32: &gemmAVX512, skinny: gemmSkinnyIfBW()}
+	gemmBF16DPBF16  = gemmBF16Impl{name: "avx512bf16", fp32: &gemmAVX512, tile: &gemmTileDPBF16, skinny: &gemmSkinnyAVX512}
+	gemmBF16AMX     = gemmBF16Impl{name: "amx", fp32: &gemmAVX512, tile: &gemmTileAMX, skinny: &gemmSkinnyAVX512}
 )
+
+// gemmSkinnyIfBW returns the AVX-512 skinny kernels when the CPU has
+// AVX512-BW (for VPMOVZXWD on Z registers).
+func gemmSkinnyIfBW() *gemmSkinnyKernels {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW {
+		return &gemmSkinnyAVX512
+	}
+	return nil
+}
 
 // gemmHasAVX512BF16 reports whether the tile packers and the VDPBF16PS
 // kernel run here: AVX512-BF16 for the conversions and dot products,
@@ -210,42 +275,58 @@ func gemmTilePackAAVX512(d []uint16, transA bool, a gemmSrc, lda, i0, p0, rows, 
 	}
 }
 
-// gemmTilePackBAVX512 is gemmTilePackB with the whole blocks of a whole
-// panel (32 columns) packed in assembly; a partial panel and a partial
-// last block go through Go.
+// gemmTilePackBAVX512 is gemmTilePackB with the whole blocks of the whole
+// panels packed in assembly: panel by panel (16 rows of b at a time) when
+// B is transposed, two rows of b across all the panels at a time when it
+// is not (so that b is read along its rows). A partial last panel and a
+// partial last block go through Go.
 func gemmTilePackBAVX512(d []uint16, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int) {
 	kb := kc / gemmTileKB
-	if kb == 0 || cols < gemmTileNR {
+	whole := cols / gemmTileNR // whole panels
+	if kb == 0 || whole == 0 {
 		gemmTilePackB(d, transB, b, ldb, p0, j0, cols, kc)
 		return
 	}
-	d = d[:(kc+gemmTileKB-1)/gemmTileKB*gemmTileBlock]
+	kbAll := (kc + gemmTileKB - 1) / gemmTileKB
+	pan := kbAll * gemmTileBlock // values per panel
+	d = d[:(cols+gemmTileNR-1)/gemmTileNR*pan]
 	if transB {
-		// op(B)[p, j] = b[j*ldb + p]: two groups of 16 rows of b.
-		last := (j0+31)*ldb + p0 + kb*gemmTileKB - 1
-		for g := 0; g < 32; g += 16 {
-			o := (j0+g)*ldb + p0
-			if b.bf {
-				_ = b.h[last]
-				gemmPackTransBF16(&d[g*32], &b.h[o], ldb, kb)
-			} else {
-				_ = b.f[last]
-				gemmPackTransF32(&d[g*32], &b.f[o], ldb, kb)
+		// op(B)[p, j] = b[j*ldb + p]: two groups of 16 rows of b a panel.
+		last := (j0+32*whole-1)*ldb + p0 + kb*gemmTileKB - 1
+		if b.bf {
+			_ = b.h[last]
+		} else {
+			_ = b.f[last]
+		}
+		for t := range whole {
+			for g := 0; g < 32; g += 16 {
+				o := (j0+32*t+g)*ldb + p0
+				if b.bf {
+					gemmPackTransBF16(&d[t*pan+g*32], &b.h[o], ldb, kb)
+				} else {
+					gemmPackTransF32(&d[t*pan+g*32], &b.f[o], ldb, kb)
+				}
 			}
 		}
 	} else {
-		last := (p0+kb*gemmTileKB-1)*ldb + j0 + 31
+		last := (p0+kb*gemmTileKB-1)*ldb + j0 + 32*whole - 1
 		o := p0*ldb + j0
 		if b.bf {
 			_ = b.h[last]
-			gemmPackPairsBF16(&d[0], &b.h[o], ldb, kb)
+			gemmPackPairsBF16(&d[0], &b.h[o], ldb, kb, whole, pan)
 		} else {
 			_ = b.f[last]
-			gemmPackPairsF32(&d[0], &b.f[o], ldb, kb)
+			gemmPackPairsF32(&d[0], &b.f[o], ldb, kb, whole, pan)
 		}
 	}
 	if kc > kb*gemmTileKB {
-		gemmTilePackB(d[kb*gemmTileBlock:], transB, b, ldb, p0+kb*gemmTileKB, j0, cols, kc-kb*gemmTileKB)
+		// The partial last block of each whole panel.
+		for t := range whole {
+			gemmTilePackB(d[t*pan+kb*gemmTileBlock:(t+1)*pan], transB, b, ldb, p0+kb*gemmTileKB, j0+32*t, gemmTileNR, kc-kb*gemmTileKB)
+		}
+	}
+	if cols > whole*gemmTileNR {
+		gemmTilePackB(d[whole*pan:], transB, b, ldb, p0, j0+whole*gemmTileNR, cols-whole*gemmTileNR, kc)
 	}
 }
 

@@ -687,22 +687,28 @@ DATA pairone<>+48(SB)/8, $0x001d000d001c000c
 DATA pairone<>+56(SB)/8, $0x001f000f001e000e
 GLOBL pairone<>(SB), RODATA|NOPTR, $64
 
-// func gemmPackPairsF32(dst *uint16, src *float32, lds, kb int)
-// dst[q*1024 + (j/16)*512 + r*32 + (j%16)*2 + e] = bf16(src[(32q+2r+e)*lds
-// + j]) for j < 32: one B micro-panel (both tiles) per block from a B
-// stored K×N (N contiguous). For each pair of rows: convert both to 32
-// bf16 (X, Y), interleave X and Y word by word (VPERMT2W with pairlo,
-// pairhi), store the two halves in the two tiles.
+// func gemmPackPairsF32(dst *uint16, src *float32, lds, kb, panels, pan int)
+// dst[t*pan + q*1024 + (j/16)*512 + r*32 + (j%16)*2 + e] =
+// bf16(src[(32q+2r+e)*lds + 32t + j]) for j < 32, t < panels: whole B
+// micro-panels (both tiles of each block), pan values apart, from a B
+// stored K×N (N contiguous). Two rows of B at a time, across all the
+// panels, so that B is read along its rows: for each panel, convert both
+// rows' 32 values to bf16 (X, Y), interleave X and Y word by word
+// (VPERMT2W with pairlo, pairhi) and store the two halves in the two tiles.
 //
-// Registers: SI source row 2r, R8 lds in bytes, R9 = 2·lds, DX the block,
-// R10 the tile row (0..960), CX blocks left, Z30/Z31 pairlo/pairhi.
-TEXT ·gemmPackPairsF32(SB), NOSPLIT, $0-32
+// Registers: SI row 2r of B, AX the panel's columns in it, R8 lds in
+// bytes, R9 = 2·lds, R11 = pan in bytes, DX tile row r of block q of panel
+// 0, BX the same in panel t, R10 row r (0..15), R12 panels left, CX blocks
+// left, Z30/Z31 pairlo/pairhi.
+TEXT ·gemmPackPairsF32(SB), NOSPLIT, $0-48
 	MOVQ    dst+0(FP), DX
 	MOVQ    src+8(FP), SI
 	MOVQ    lds+16(FP), R8
 	SHLQ    $2, R8
 	LEAQ    (R8)(R8*1), R9
 	MOVQ    kb+24(FP), CX
+	MOVQ    pan+40(FP), R11
+	SHLQ    $1, R11
 	VMOVDQU32 pairlo<>(SB), Z30
 	VMOVDQU32 pairhi<>(SB), Z31
 	TESTQ   CX, CX
@@ -712,22 +718,32 @@ pairsf32block:
 	XORQ R10, R10
 
 pairsf32row:
-	VMOVUPS (SI), Z0
-	VMOVUPS 64(SI), Z1
-	VMOVUPS (SI)(R8*1), Z2
-	VMOVUPS 64(SI)(R8*1), Z3
-	VCVTNE2PS2BF16(4, 1, 0)   // X = row 2r, columns 0-31
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ panels+32(FP), R12
+
+pairsf32panel:
+	VMOVUPS (AX), Z0
+	VMOVUPS 64(AX), Z1
+	VMOVUPS (AX)(R8*1), Z2
+	VMOVUPS 64(AX)(R8*1), Z3
+	VCVTNE2PS2BF16(4, 1, 0)   // X = row 2r, the panel's 32 columns
 	VCVTNE2PS2BF16(5, 3, 2)   // Y = row 2r+1
 	VMOVDQA64 Z4, Z6
 	VPERMT2W  Z5, Z30, Z6     // (X[j], Y[j]), j < 16
 	VPERMT2W  Z5, Z31, Z4     // (X[16+j], Y[16+j])
-	VMOVDQU32 Z6, (DX)(R10*1)
-	VMOVDQU32 Z4, 1024(DX)(R10*1)
-	ADDQ $64, R10
+	VMOVDQU32 Z6, (BX)
+	VMOVDQU32 Z4, 1024(BX)
+	ADDQ $128, AX
+	ADDQ R11, BX
+	DECQ R12
+	JNZ  pairsf32panel
+	ADDQ $64, DX
 	ADDQ R9, SI
-	CMPQ R10, $1024
+	INCQ R10
+	CMPQ R10, $16
 	JLT  pairsf32row
-	ADDQ $2048, DX
+	ADDQ $1024, DX            // past the second tile: the next block
 	DECQ CX
 	JNZ  pairsf32block
 
@@ -735,15 +751,17 @@ pairsf32done:
 	VZEROUPPER
 	RET
 
-// func gemmPackPairsBF16(dst, src *uint16, lds, kb int)
+// func gemmPackPairsBF16(dst, src *uint16, lds, kb, panels, pan int)
 // gemmPackPairsF32 for a BF16 source: the rows are loaded as 32 bf16.
-TEXT ·gemmPackPairsBF16(SB), NOSPLIT, $0-32
+TEXT ·gemmPackPairsBF16(SB), NOSPLIT, $0-48
 	MOVQ    dst+0(FP), DX
 	MOVQ    src+8(FP), SI
 	MOVQ    lds+16(FP), R8
 	SHLQ    $1, R8
 	LEAQ    (R8)(R8*1), R9
 	MOVQ    kb+24(FP), CX
+	MOVQ    pan+40(FP), R11
+	SHLQ    $1, R11
 	VMOVDQU32 pairlo<>(SB), Z30
 	VMOVDQU32 pairhi<>(SB), Z31
 	TESTQ   CX, CX
@@ -753,18 +771,28 @@ pairsbf16block:
 	XORQ R10, R10
 
 pairsbf16row:
-	VMOVDQU16 (SI), Z4        // X = row 2r
-	VMOVDQU16 (SI)(R8*1), Z5  // Y = row 2r+1
+	MOVQ SI, AX
+	MOVQ DX, BX
+	MOVQ panels+32(FP), R12
+
+pairsbf16panel:
+	VMOVDQU16 (AX), Z4        // X = row 2r
+	VMOVDQU16 (AX)(R8*1), Z5  // Y = row 2r+1
 	VMOVDQA64 Z4, Z6
 	VPERMT2W  Z5, Z30, Z6
 	VPERMT2W  Z5, Z31, Z4
-	VMOVDQU32 Z6, (DX)(R10*1)
-	VMOVDQU32 Z4, 1024(DX)(R10*1)
-	ADDQ $64, R10
+	VMOVDQU32 Z6, (BX)
+	VMOVDQU32 Z4, 1024(BX)
+	ADDQ $64, AX
+	ADDQ R11, BX
+	DECQ R12
+	JNZ  pairsbf16panel
+	ADDQ $64, DX
 	ADDQ R9, SI
-	CMPQ R10, $1024
+	INCQ R10
+	CMPQ R10, $16
 	JLT  pairsbf16row
-	ADDQ $2048, DX
+	ADDQ $1024, DX
 	DECQ CX
 	JNZ  pairsbf16block
 
@@ -872,5 +900,538 @@ pairstbf16loop:
 	JNZ  pairstbf16loop
 
 pairstbf16done:
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------
+// Skinny kernels: rows of X (fp32 values of bf16 numbers) times a BF16
+// matrix W read where it is stored. Each bf16 is widened to fp32 by a zero
+// extension to 32 bits and a shift left by 16 (VPMOVZXWD, VPSLLD), and the
+// products are accumulated with fp32 FMAs (exact products of two bf16).
+
+// Horizontal sum of Z(a) + Z(b) into X(a)'s low float, through X(t).
+#define HSUM2(za, zb, ya, xa, yt, xt) \
+	VADDPS        zb, za, za;  \
+	VEXTRACTF64X4 $1, za, yt;  \
+	VADDPS        yt, ya, ya;  \
+	VEXTRACTF128  $1, ya, xt;  \
+	VADDPS        xt, xa, xa;  \
+	VMOVHLPS      xa, xa, xt;  \
+	VADDPS        xt, xa, xa;  \
+	VMOVSHDUP     xa, xt;      \
+	VADDSS        xt, xa, xa
+
+// W[j, p..p+16] (W's row at DI, p in AX) widened into z.
+#define WIDEN(off, z) \
+	VPMOVZXWD off(DI)(AX*2), z; \
+	VPSLLD    $16, z, z
+
+// func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
+// s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for j < nw, p < k: one row of X
+// against the rows of W (decoding: out = x·Wᵀ with W stored [OC, C]).
+// Per row of W: four accumulators (Z0-Z3) over 64 values at a time, then
+// 16 at a time into Z0, then the last k mod 16 under mask K1.
+//
+// Registers: SI x, DI row j of W, R8 ldw in bytes, R9 rows left, CX k,
+// DX s, AX p, R10 loop limit.
+TEXT ·gemmSkinnyDots1BF16(SB), NOSPLIT, $0-48
+	MOVQ  x+0(FP), SI
+	MOVQ  w+8(FP), DI
+	MOVQ  ldw+16(FP), R8
+	SHLQ  $1, R8
+	MOVQ  nw+24(FP), R9
+	MOVQ  k+32(FP), CX
+	MOVQ  s+40(FP), DX
+	MOVQ  CX, AX
+	ANDQ  $15, AX
+	MOVL  $-1, R10
+	BZHIL AX, R10, R10
+	KMOVW R10, K1
+	TESTQ R9, R9
+	JEQ   dots1done
+
+dots1row:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ   AX, AX
+	LEAQ   -64(CX), R10
+
+dots1loop64:
+	CMPQ AX, R10
+	JGT  dots1tail16
+	WIDEN(0, Z4)
+	WIDEN(32, Z5)
+	WIDEN(64, Z6)
+	WIDEN(96, Z7)
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS 64(SI)(AX*4), Z5, Z1
+	VFMADD231PS 128(SI)(AX*4), Z6, Z2
+	VFMADD231PS 192(SI)(AX*4), Z7, Z3
+	ADDQ $64, AX
+	JMP  dots1loop64
+
+dots1tail16:
+	LEAQ -16(CX), R10
+
+dots1loop16:
+	CMPQ AX, R10
+	JGT  dots1mask
+	WIDEN(0, Z4)
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	ADDQ $16, AX
+	JMP  dots1loop16
+
+dots1mask:
+	CMPQ AX, CX
+	JGE  dots1sum
+	VPMOVZXWD.Z (DI)(AX*2), K1, Z4
+	VPSLLD      $16, Z4, Z4
+	VMOVUPS.Z   (SI)(AX*4), K1, Z5
+	VFMADD231PS Z5, Z4, Z0
+
+dots1sum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
+	VMOVSS X0, (DX)
+	ADDQ   $4, DX
+	ADDQ   R8, DI
+	DECQ   R9
+	JNZ    dots1row
+
+dots1done:
+	VZEROUPPER
+	RET
+
+// func gemmSkinnyDots4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s *float32, lds int)
+// s[i*lds + j] = Σ_p xi[p]·FromBF16(w[j*ldw + p]) for i < 4, j < nw: four
+// rows of X against the rows of W, each element of W loaded once. Per row
+// of W: two accumulators per row of X (Z0-Z7) over 32 values at a time,
+// then 16, then the last k mod 16 under mask K1.
+//
+// Registers: R11-R14 x0-x3, DI row j of W, R8 ldw in bytes, R9 rows left,
+// CX k, DX s + 4j, R15 lds in bytes, BX = 3·lds, AX p, R10 loop limit.
+TEXT ·gemmSkinnyDots4BF16(SB), NOSPLIT, $0-80
+	MOVQ  x0+0(FP), R11
+	MOVQ  x1+8(FP), R12
+	MOVQ  x2+16(FP), R13
+	MOVQ  x3+24(FP), R14
+	MOVQ  w+32(FP), DI
+	MOVQ  ldw+40(FP), R8
+	SHLQ  $1, R8
+	MOVQ  nw+48(FP), R9
+	MOVQ  k+56(FP), CX
+	MOVQ  s+64(FP), DX
+	MOVQ  lds+72(FP), R15
+	SHLQ  $2, R15
+	LEAQ  (R15)(R15*2), BX
+	MOVQ  CX, AX
+	ANDQ  $15, AX
+	MOVL  $-1, R10
+	BZHIL AX, R10, R10
+	KMOVW R10, K1
+	TESTQ R9, R9
+	JEQ   dots4done
+
+dots4row:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ   AX, AX
+	LEAQ   -32(CX), R10
+
+dots4loop32:
+	CMPQ AX, R10
+	JGT  dots4tail16
+	WIDEN(0, Z8)
+	WIDEN(32, Z9)
+	VFMADD231PS (R11)(AX*4), Z8, Z0
+	VFMADD231PS 64(R11)(AX*4), Z9, Z1
+	VFMADD231PS (R12)(AX*4), Z8, Z2
+	VFMADD231PS 64(R12)(AX*4), Z9, Z3
+	VFMADD231PS (R13)(AX*4), Z8, Z4
+	VFMADD231PS 64(R13)(AX*4), Z9, Z5
+	VFMADD231PS (R14)(AX*4), Z8, Z6
+	VFMADD231PS 64(R14)(AX*4), Z9, Z7
+	ADDQ $32, AX
+	JMP  dots4loop32
+
+dots4tail16:
+	LEAQ -16(CX), R10
+	CMPQ AX, R10
+	JGT  dots4mask
+	WIDEN(0, Z8)
+	VFMADD231PS (R11)(AX*4), Z8, Z0
+	VFMADD231PS (R12)(AX*4), Z8, Z2
+	VFMADD231PS (R13)(AX*4), Z8, Z4
+	VFMADD231PS (R14)(AX*4), Z8, Z6
+	ADDQ $16, AX
+
+dots4mask:
+	CMPQ AX, CX
+	JGE  dots4sum
+	VPMOVZXWD.Z (DI)(AX*2), K1, Z8
+	VPSLLD      $16, Z8, Z8
+	VMOVUPS.Z   (R11)(AX*4), K1, Z9
+	VFMADD231PS Z9, Z8, Z0
+	VMOVUPS.Z   (R12)(AX*4), K1, Z9
+	VFMADD231PS Z9, Z8, Z2
+	VMOVUPS.Z   (R13)(AX*4), K1, Z9
+	VFMADD231PS Z9, Z8, Z4
+	VMOVUPS.Z   (R14)(AX*4), K1, Z9
+	VFMADD231PS Z9, Z8, Z6
+
+dots4sum:
+	HSUM2(Z0, Z1, Y0, X0, Y8, X8)
+	HSUM2(Z2, Z3, Y2, X2, Y8, X8)
+	HSUM2(Z4, Z5, Y4, X4, Y8, X8)
+	HSUM2(Z6, Z7, Y6, X6, Y8, X8)
+	VMOVSS X0, (DX)
+	VMOVSS X2, (DX)(R15*1)
+	VMOVSS X4, (DX)(R15*2)
+	VMOVSS X6, (DX)(BX*1)
+	ADDQ   $4, DX
+	ADDQ   R8, DI
+	DECQ   R9
+	JNZ    dots4row
+
+dots4done:
+	VZEROUPPER
+	RET
+
+// W(p, j) for 16 columns at off(BX) (row p of W), widened into z.
+#define WROW(off, z) \
+	VPMOVZXWD off(BX), z; \
+	VPSLLD    $16, z, z
+
+// Rows 0-3 of a group of W at AX (R8 = ldw, R12 = 3·ldw in bytes).
+#define WR0(off) off(AX)
+#define WR1(off) off(AX)(R8*1)
+#define WR2(off) off(AX)(R8*2)
+#define WR3(off) off(AX)(R12*1)
+
+// Z0-Z3 += x·W[row, 64 columns]: row is WR0-WR3, x broadcast in xz;
+// Z4-Z7 are temps.
+#define AXROW(row, xz) \
+	VPMOVZXWD   row(0), Z4;       \
+	VPMOVZXWD   row(32), Z5;      \
+	VPMOVZXWD   row(64), Z6;      \
+	VPMOVZXWD   row(96), Z7;      \
+	VPSLLD      $16, Z4, Z4;      \
+	VPSLLD      $16, Z5, Z5;      \
+	VPSLLD      $16, Z6, Z6;      \
+	VPSLLD      $16, Z7, Z7;      \
+	VFMADD231PS Z4, xz, Z0;       \
+	VFMADD231PS Z5, xz, Z1;       \
+	VFMADD231PS Z6, xz, Z2;       \
+	VFMADD231PS Z7, xz, Z3
+
+// Z0 += x·W[row, 16 columns], as AXROW.
+#define AXROW16(row, xz) \
+	VPMOVZXWD   row(0), Z4;     \
+	VPSLLD      $16, Z4, Z4;    \
+	VFMADD231PS Z4, xz, Z0
+
+// Z0 += x·W[row, nw mod 16 columns] under mask K1, as AXROW.
+#define AXROWM(row, xz) \
+	VPMOVZXWD.Z row(0), K1, Z4;     \
+	VPSLLD      $16, Z4, Z4;        \
+	VFMADD231PS Z4, xz, Z0
+
+// func gemmSkinnyAxpys1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
+// s[j] = Σ_p x[p]·FromBF16(w[p*ldw + j]) for j < nw, p < k: one row of X
+// times W stored K×N (decoding's dinp = dout·W). W is read along its
+// rows, four at a time: s (in L1) is cleared, then for each group of four
+// rows every run of 64 columns of s is loaded (Z0-Z3), gets the four rows'
+// products (x values broadcast in Z8-Z11), and is stored; then runs of 16,
+// then the last nw mod 16 columns under mask K1. Rows k mod 4 at the end
+// go one at a time (x[p] in Z8).
+//
+// Registers: SI x at row p, BX row p of W, R8 ldw in bytes, R12 = 3·ldw,
+// R9 column, CX rows left, DX s, R10 column limit, R11 rows in the group
+// (4 or 1).
+TEXT ·gemmSkinnyAxpys1BF16(SB), NOSPLIT, $0-48
+	MOVQ  x+0(FP), SI
+	MOVQ  w+8(FP), BX
+	MOVQ  ldw+16(FP), R8
+	SHLQ  $1, R8
+	LEAQ  (R8)(R8*2), R12
+	MOVQ  k+32(FP), CX
+	MOVQ  s+40(FP), DX
+	MOVQ  nw+24(FP), AX
+	ANDQ  $15, AX
+	MOVL  $-1, R10
+	BZHIL AX, R10, R10
+	KMOVW R10, K1
+
+	// Clear s.
+	VPXORD Z0, Z0, Z0
+	XORQ   R9, R9
+	MOVQ   nw+24(FP), R10
+	SUBQ   $16, R10
+
+ax1clear:
+	CMPQ    R9, R10
+	JGT     ax1clearmask
+	VMOVUPS Z0, (DX)(R9*4)
+	ADDQ    $16, R9
+	JMP     ax1clear
+
+ax1clearmask:
+	VMOVUPS Z0, K1, (DX)(R9*4)
+	TESTQ   CX, CX
+	JEQ     ax1done
+
+ax1group:
+	MOVQ         $4, R11
+	CMPQ         CX, R11
+	JGE          2(PC)
+	MOVQ         $1, R11
+	VBROADCASTSS (SI), Z8
+	CMPQ         R11, $1
+	JEQ          ax1one
+	VBROADCASTSS 4(SI), Z9
+	VBROADCASTSS 8(SI), Z10
+	VBROADCASTSS 12(SI), Z11
+	XORQ         R9, R9
+	MOVQ         nw+24(FP), R10
+	SUBQ         $64, R10
+
+ax1four64:
+	CMPQ    R9, R10
+	JGT     ax1four16
+	LEAQ    (BX)(R9*2), AX
+	VMOVUPS (DX)(R9*4), Z0
+	VMOVUPS 64(DX)(R9*4), Z1
+	VMOVUPS 128(DX)(R9*4), Z2
+	VMOVUPS 192(DX)(R9*4), Z3
+	AXROW(WR0, Z8)
+	AXROW(WR1, Z9)
+	AXROW(WR2, Z10)
+	AXROW(WR3, Z11)
+	VMOVUPS Z0, (DX)(R9*4)
+	VMOVUPS Z1, 64(DX)(R9*4)
+	VMOVUPS Z2, 128(DX)(R9*4)
+	VMOVUPS Z3, 192(DX)(R9*4)
+	ADDQ    $64, R9
+	JMP     ax1four64
+
+ax1four16:
+	MOVQ nw+24(FP), R10
+	SUBQ $16, R10
+
+ax1four16loop:
+	CMPQ    R9, R10
+	JGT     ax1fourmask
+	LEAQ    (BX)(R9*2), AX
+	VMOVUPS (DX)(R9*4), Z0
+	AXROW16(WR0, Z8)
+	AXROW16(WR1, Z9)
+	AXROW16(WR2, Z10)
+	AXROW16(WR3, Z11)
+	VMOVUPS Z0, (DX)(R9*4)
+	ADDQ    $16, R9
+	JMP     ax1four16loop
+
+ax1fourmask:
+	CMPQ      R9, nw+24(FP)
+	JGE       ax1next
+	LEAQ      (BX)(R9*2), AX
+	VMOVUPS.Z (DX)(R9*4), K1, Z0
+	AXROWM(WR0, Z8)
+	AXROWM(WR1, Z9)
+	AXROWM(WR2, Z10)
+	AXROWM(WR3, Z11)
+	VMOVUPS   Z0, K1, (DX)(R9*4)
+	JMP       ax1next
+
+ax1one:
+	XORQ R9, R9
+	MOVQ nw+24(FP), R10
+	SUBQ $16, R10
+
+ax1one16:
+	CMPQ    R9, R10
+	JGT     ax1onemask
+	LEAQ    (BX)(R9*2), AX
+	VMOVUPS (DX)(R9*4), Z0
+	AXROW16(WR0, Z8)
+	VMOVUPS Z0, (DX)(R9*4)
+	ADDQ    $16, R9
+	JMP     ax1one16
+
+ax1onemask:
+	CMPQ      R9, nw+24(FP)
+	JGE       ax1next
+	LEAQ      (BX)(R9*2), AX
+	VMOVUPS.Z (DX)(R9*4), K1, Z0
+	AXROWM(WR0, Z8)
+	VMOVUPS   Z0, K1, (DX)(R9*4)
+
+ax1next:
+	// Past the group: R11 rows of x and W.
+	LEAQ (SI)(R11*4), SI
+	MOVQ R11, AX
+	IMULQ R8, AX
+	ADDQ AX, BX
+	SUBQ R11, CX
+	JNZ  ax1group
+
+ax1done:
+	VZEROUPPER
+	RET
+
+// func gemmSkinnyAxpys4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s *float32, lds int)
+// s[i*lds + j] = Σ_p xi[p]·FromBF16(w[p*ldw + j]) for i < 4, j < nw:
+// gemmSkinnyAxpys1BF16 for four rows of X, 32 columns at a time (Z0-Z7:
+// two per row of X; the four x values of row p broadcast in Z10-Z13),
+// then 16, then the last nw mod 16 under mask K1.
+//
+// Registers: R11-R14 x0-x3 at row p, BX row p of W at the current
+// columns, R8 ldw in bytes, R9 columns done, CX k, DX s, R15 lds in bytes,
+// SI = 3·lds, R10 rows left, AX column limit, DI W.
+TEXT ·gemmSkinnyAxpys4BF16(SB), NOSPLIT, $0-80
+	MOVQ  w+32(FP), DI
+	MOVQ  ldw+40(FP), R8
+	SHLQ  $1, R8
+	MOVQ  k+56(FP), CX
+	MOVQ  s+64(FP), DX
+	MOVQ  lds+72(FP), R15
+	SHLQ  $2, R15
+	LEAQ  (R15)(R15*2), SI
+	MOVQ  nw+48(FP), AX
+	ANDQ  $15, AX
+	MOVL  $-1, R10
+	BZHIL AX, R10, R10
+	KMOVW R10, K1
+	XORQ  R9, R9
+	TESTQ CX, CX
+	JEQ   ax4done
+
+// Four rows of x at row 0 again, W at column R9, R10 = k rows.
+#define AX4START \
+	MOVQ x0+0(FP), R11;  \
+	MOVQ x1+8(FP), R12;  \
+	MOVQ x2+16(FP), R13; \
+	MOVQ x3+24(FP), R14; \
+	LEAQ (DI)(R9*2), BX; \
+	MOVQ CX, R10
+
+#define AX4BCAST \
+	VBROADCASTSS (R11), Z10; \
+	VBROADCASTSS (R12), Z11; \
+	VBROADCASTSS (R13), Z12; \
+	VBROADCASTSS (R14), Z13
+
+#define AX4NEXT \
+	ADDQ $4, R11; \
+	ADDQ $4, R12; \
+	ADDQ $4, R13; \
+	ADDQ $4, R14; \
+	ADDQ R8, BX;  \
+	DECQ R10
+
+ax4chunk32:
+	MOVQ nw+48(FP), AX
+	SUBQ $32, AX
+	CMPQ R9, AX
+	JGT  ax4chunk16
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	AX4START
+
+ax4loop32:
+	AX4BCAST
+	WROW(0, Z8)
+	WROW(32, Z9)
+	VFMADD231PS Z8, Z10, Z0
+	VFMADD231PS Z9, Z10, Z1
+	VFMADD231PS Z8, Z11, Z2
+	VFMADD231PS Z9, Z11, Z3
+	VFMADD231PS Z8, Z12, Z4
+	VFMADD231PS Z9, Z12, Z5
+	VFMADD231PS Z8, Z13, Z6
+	VFMADD231PS Z9, Z13, Z7
+	AX4NEXT
+	JNZ  ax4loop32
+	LEAQ (DX)(R9*4), AX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, 64(AX)
+	VMOVUPS Z2, (AX)(R15*1)
+	VMOVUPS Z3, 64(AX)(R15*1)
+	VMOVUPS Z4, (AX)(R15*2)
+	VMOVUPS Z5, 64(AX)(R15*2)
+	VMOVUPS Z6, (AX)(SI*1)
+	VMOVUPS Z7, 64(AX)(SI*1)
+	ADDQ $32, R9
+	JMP  ax4chunk32
+
+ax4chunk16:
+	MOVQ nw+48(FP), AX
+	SUBQ $16, AX
+	CMPQ R9, AX
+	JGT  ax4mask
+	VPXORD Z0, Z0, Z0
+	VPXORD Z2, Z2, Z2
+	VPXORD Z4, Z4, Z4
+	VPXORD Z6, Z6, Z6
+	AX4START
+
+ax4loop16:
+	AX4BCAST
+	WROW(0, Z8)
+	VFMADD231PS Z8, Z10, Z0
+	VFMADD231PS Z8, Z11, Z2
+	VFMADD231PS Z8, Z12, Z4
+	VFMADD231PS Z8, Z13, Z6
+	AX4NEXT
+	JNZ  ax4loop16
+	LEAQ (DX)(R9*4), AX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z2, (AX)(R15*1)
+	VMOVUPS Z4, (AX)(R15*2)
+	VMOVUPS Z6, (AX)(SI*1)
+	ADDQ $16, R9
+	JMP  ax4chunk16
+
+ax4mask:
+	CMPQ R9, nw+48(FP)
+	JGE  ax4done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z2, Z2, Z2
+	VPXORD Z4, Z4, Z4
+	VPXORD Z6, Z6, Z6
+	AX4START
+
+ax4loopmask:
+	AX4BCAST
+	VPMOVZXWD.Z (BX), K1, Z8
+	VPSLLD      $16, Z8, Z8
+	VFMADD231PS Z8, Z10, Z0
+	VFMADD231PS Z8, Z11, Z2
+	VFMADD231PS Z8, Z12, Z4
+	VFMADD231PS Z8, Z13, Z6
+	AX4NEXT
+	JNZ  ax4loopmask
+	LEAQ (DX)(R9*4), AX
+	VMOVUPS Z0, K1, (AX)
+	VMOVUPS Z2, K1, (AX)(R15*1)
+	VMOVUPS Z4, K1, (AX)(R15*2)
+	VMOVUPS Z6, K1, (AX)(SI*1)
+
+ax4done:
 	VZEROUPPER
 	RET

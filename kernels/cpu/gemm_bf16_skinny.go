@@ -29,7 +29,8 @@ var gemmBF16SkinnyMax = 8
 
 // gemmSkinnyKernels multiply up to gemmSkinnyRows rows of X (float32, rows
 // ldx apart) by a BF16 matrix w, overwriting s[i*lds + j] for i < mm, j <
-// nw with Σ_p x[i*ldx + p]·FromBF16(W(p, j)) over p < k:
+// nw with Σ_p x[i*ldx + p]·FromBF16(W(p, j)) over p < k (s may be written
+// up to row gemmSkinnyRows-1):
 type gemmSkinnyKernels struct {
 	// dots reads W(p, j) = w[j*ldw + p].
 	dots func(x *float32, ldx, mm int, w *uint16, ldw, nw, k int, s *float32, lds int)
@@ -101,7 +102,7 @@ func gemmSkinnyRun(im *gemmBF16Impl, threads int, x []float32, ldx, mm int, w ge
 		s := gemmPool.Get().(*gemmScratch)
 		defer gemmPool.Put(s)
 		width := hi - lo
-		sum := gemmAligned(&s.b, mm*width)
+		sum := gemmAligned(&s.b, gemmSkinnyRows*width) // four rows: see gemmSkinnyAVX512
 		gemmSkinnySums(im, x, ldx, mm, w, ldw, dot, lo, hi, k, sum, s)
 		for i := range mm {
 			row := sum[i*width : (i+1)*width]

@@ -349,7 +349,7 @@ func TestGemmTilePack(t *testing.T) {
 		for trial := range 200 {
 			trans := trial%2 == 1
 			bf := trial%4 >= 2
-			rows := []int{32, 32, 31, 17, 16, 1, 15}[trial%7]
+			rows := []int{32, 32, 31, 17, 16, 1, 15, 64, 70, 100, 33}[trial%11] // B: columns
 			kc := []int{32, 64, 96, 33, 65, 1, 31, 130}[trial%8]
 			i0, p0 := r.IntN(5), r.IntN(7)
 			// A is (i0+rows)×(p0+kc) stored row-major, or transposed.
@@ -379,17 +379,19 @@ func TestGemmTilePack(t *testing.T) {
 				src = gemmSrc{h: h, bf: true}
 				ref = src
 			}
-			size := (kc + 31) / 32 * gemmTileBlock
+			size := (kc + 31) / 32 * gemmTileBlock * ((rows + 31) / 32)
 			got, want, want2 := make([]uint16, size), make([]uint16, size), make([]uint16, size)
 			for x := range got {
 				got[x] = 0xdead // every value must be written
 			}
-			// As an A panel: rows of op(A).
-			kern.packA(got, trans, src, ld, i0, p0, rows, kc)
-			gemmTilePackA(want, trans, src, ld, i0, p0, rows, kc)
-			gemmTilePackA(want2, trans, ref, ld, i0, p0, rows, kc)
-			gemmComparePanels(t, fmt.Sprintf("%s packA trans=%v bf=%v rows=%d kc=%d", kern.name, trans, bf, rows, kc), got, want, want2)
-			// As a B panel: the same storage read as op(B) with columns
+			// As an A panel: up to 32 rows of op(A).
+			ra := min(rows, 32)
+			kern.packA(got, trans, src, ld, i0, p0, ra, kc)
+			gemmTilePackA(want, trans, src, ld, i0, p0, ra, kc)
+			gemmTilePackA(want2, trans, ref, ld, i0, p0, ra, kc)
+			na := (kc + 31) / 32 * gemmTileBlock
+			gemmComparePanels(t, fmt.Sprintf("%s packA trans=%v bf=%v rows=%d kc=%d", kern.name, trans, bf, ra, kc), got[:na], want[:na], want2[:na])
+			// As B panels: the same storage read as op(B) with columns
 			// = rows; op(B)[p, j] is A's (j, p) when transB == !transA.
 			for x := range got {
 				got[x] = 0xdead
@@ -410,5 +412,34 @@ func gemmComparePanels(t *testing.T, what string, got, want, want2 []uint16) {
 		if got[x] != want[x] && got[x] != want2[x] {
 			t.Fatalf("%s: element %d (block %d, offset %d) = %#04x, want %#04x", what, x, x/gemmTileBlock, x%gemmTileBlock, got[x], want[x])
 		}
+	}
+}
+
+// TestGemmBF16Skinny covers the matrix-vector and skinny paths: one to
+// nine rows (or one column) against F32 and BF16 matrices in both
+// orientations, with column counts and depths around the kernels' runs
+// of 16, 32 and 64.
+func TestGemmBF16Skinny(t *testing.T) {
+	gemmLowerMinWork(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, im := range gemmBF16TestImpls() {
+		t.Run(im.name, func(t *testing.T) {
+			x := 0
+			for m := 1; m <= 9; m++ {
+				for _, n := range []int{1, 16, 17, 65, 130} {
+					for _, k := range []int{1, 16, 17, 65, 100} {
+						for v := range 4 {
+							x++
+							sc := gemmTestScalars[x%len(gemmTestScalars)]
+							g := newBF16Case(r, v&1 != 0, v&2 != 0, m, n, k, x%3*2, sc[0], sc[1], x%2 == 0, x%3 != 0)
+							if x%5 == 0 {
+								g.withBias(r)
+							}
+							g.check(t, im, 1+x%3)
+						}
+					}
+				}
+			}
+		})
 	}
 }

@@ -43,6 +43,19 @@ func gemmBF16(is isa, threads int, transA, transB bool, m, n, k int, alpha float
 	gemmBF16With(gemmBF16ImplFor(is), threads, transA, transB, m, n, k, alpha, gemmBF16Src(a), lda, gemmBF16Src(b), ldb, beta, bias, c, ldc)
 }
 
+// GemmBF16 is Gemm in bf16 precision: C[M,N] = alpha·op(A)·op(B) +
+// beta·C with op(A) M×K and op(B) K×N stored as for Gemm, where a and b
+// are each an F32 buffer (rounded to bf16, ties to even, as it is read) or
+// a BF16 buffer, the products accumulated in fp32; C is an F32 buffer.
+// beta == 0 overwrites C without reading it.
+func (d *Device) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a kernels.Buffer, lda int, b kernels.Buffer, ldb int, beta float32, c kernels.Buffer, ldc int) {
+	gemmBF16(d.isa, d.threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, nil, f32(c), ldc)
+}
+
+// GemmBF16Kernel names the implementation GemmBF16 runs on this device:
+// "amx", "avx512bf16", "avx512", "avx2" or "generic".
+func (d *Device) GemmBF16Kernel() string { return gemmBF16ImplFor(d.isa).name }
+
 // gemmBF16Src returns an operand of gemmBF16 as it is packed: an F32
 // buffer rounded as it is read, or a BF16 buffer.
 func gemmBF16Src(buf kernels.Buffer) gemmSrc {

@@ -34,7 +34,7 @@ import (
 //
 // Threads normally share an A block and split C's columns: they pack the A
 // panels together, then each claims column units, packing the B blocks of
-// its units itself (see gemmJob). When C has too few column tiles, they
+// its units itself (see gemmSched). When C has too few column tiles, they
 // split the rows instead and each runs the loops alone on its rows.
 
 // gemmKernel is a micro-kernel and the cache blocking tuned around it.
@@ -70,7 +70,7 @@ const gemmABudget = 4 << 20
 // hb are the bf16 A and B blocks of the bf16 tile kernels (gemm_bf16.go).
 type gemmScratch struct {
 	a, b, tile, vec []float32
-	ha, hb, hvec    []uint16
+	ha, hb          []uint16
 }
 
 var gemmPool = sync.Pool{New: func() any { return new(gemmScratch) }}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -441,5 +442,39 @@ func TestGemmBF16Skinny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// gemmTileStripGo is a portable strip (see gemmTileKernel.strip), to test
+// the tile driver and packing without the assembly kernels.
+func gemmTileStripGo(a, b *uint16, kb, nb int, c *float32, ldc, rows, cols int, alpha, beta float32, bias *float32, direct bool, tile *float32) {
+	ap := unsafe.Slice(a, kb*gemmTileBlock)
+	bp := unsafe.Slice(b, nb*kb*gemmTileBlock)
+	cs := unsafe.Slice(c, (rows-1)*ldc+cols)
+	var bs []float32
+	if bias != nil {
+		bs = unsafe.Slice(bias, cols)
+	}
+	for j := range cols {
+		pan := bp[j/gemmTileNR*kb*gemmTileBlock:]
+		jj := j % gemmTileNR
+		for i := range rows {
+			var acc float32
+			for q := range kb {
+				for x := range gemmTileKB {
+					av := FromBF16(ap[q*gemmTileBlock+i*32+x])
+					bv := FromBF16(pan[gemmTileBIndex(q*gemmTileKB+x, jj)])
+					acc += av * bv
+				}
+			}
+			v := alpha * acc
+			if beta != 0 {
+				v += beta * cs[i*ldc+j]
+			}
+			if bs != nil {
+				v += bs[j]
+			}
+			cs[i*ldc+j] = v
+		}
 	}
 }

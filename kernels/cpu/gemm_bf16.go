@@ -194,10 +194,16 @@ func gemmPackBPanelSrc(d []float32, nr int, transB bool, b gemmSrc, ldb, p0, j0,
 	gemmZeroColumns(d, nr, cols, kc)
 }
 
-// gemmRoundRun sets dst[x] = alpha·bf16(src[o+x]) for x < len(dst).
+// gemmRoundRun sets dst[x] = alpha·bf16(src[o+x]) for x < len(dst). Runs
+// of F32 values go through the vector conversions (roundSliceBF16,
+// widenSliceBF16) 256 at a time when alpha is 1.
 func gemmRoundRun(dst []float32, src gemmSrc, o int, alpha float32) {
 	if src.bf {
 		h := src.h[o : o+len(dst)]
+		if alpha == 1 {
+			widenSliceBF16(dst, h)
+			return
+		}
 		for x, v := range h {
 			dst[x] = alpha * FromBF16(v)
 		}
@@ -207,6 +213,16 @@ func gemmRoundRun(dst []float32, src gemmSrc, o int, alpha float32) {
 	if !src.round {
 		for x, v := range f {
 			dst[x] = alpha * v
+		}
+		return
+	}
+	if alpha == 1 && len(f) >= 32 {
+		var buf [256]uint16
+		for len(f) > 0 {
+			n := min(len(f), len(buf))
+			roundSliceBF16(buf[:n], f[:n])
+			widenSliceBF16(dst[:n], buf[:n])
+			f, dst = f[n:], dst[n:]
 		}
 		return
 	}

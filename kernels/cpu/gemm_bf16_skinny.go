@@ -20,12 +20,29 @@ import "unsafe"
 //	axpy: W(p, j) = w[p*ldw + j] — each p is a contiguous run of columns
 
 // gemmSkinnyRows is the number of rows of X the skinny kernels take at
-// once; gemmBF16SkinnyMax is the largest m that goes through them (in
-// passes of gemmSkinnyRows) instead of the blocked path, when B is a BF16
-// matrix.
+// once.
 const gemmSkinnyRows = 4
 
-var gemmBF16SkinnyMax = 8
+// gemmBF16SkinnyMax is the largest m that goes through the skinny kernels
+// (in passes of gemmSkinnyRows) instead of the blocked path when B is a
+// BF16 matrix; -1 lets gemmSkinnyMaxRows decide. Tests change it.
+var gemmBF16SkinnyMax = -1
+
+// gemmSkinnyMaxRows is the largest m for the skinny kernels. Against the
+// fp32 blocked path (no tile kernel) they win up to 8 rows. Against AMX
+// (3072×768 B, one core) they win for up to 3 rows of x·Bᵀ (m = 2: 29 vs
+// 22 GFLOP/s; m = 4: even; m = 8: 60 vs 96) and only for one row of x·B.
+func gemmSkinnyMaxRows(im *gemmBF16Impl, transB bool) int {
+	switch {
+	case gemmBF16SkinnyMax >= 0:
+		return gemmBF16SkinnyMax
+	case im.tile == nil:
+		return 8
+	case transB:
+		return 3
+	}
+	return 1
+}
 
 // gemmSkinnyKernels multiply up to gemmSkinnyRows rows of X (float32, rows
 // ldx apart) by a BF16 matrix w, overwriting s[i*lds + j] for i < mm, j <
@@ -63,7 +80,7 @@ func gemmBF16Skinny(im *gemmBF16Impl, threads int, transA, transB bool, m, n, k 
 		}
 		gemmSkinnyRun(im, threads, x, k, 1, a, lda, !transA, m, k, alpha, beta, c, 0, ldc)
 		return true
-	case m == 1 || m <= gemmBF16SkinnyMax && b.bf && im.skinny != nil:
+	case m == 1 || m <= gemmSkinnyMaxRows(im, transB) && b.bf && im.skinny != nil:
 		// C = alpha·X·op(B) + beta·C with X = op(A): W = op(B).
 		s := gemmPool.Get().(*gemmScratch)
 		defer gemmPool.Put(s)

@@ -422,6 +422,9 @@ func gemmComparePanels(t *testing.T, what string, got, want, want2 []uint16) {
 // of 16, 32 and 64.
 func TestGemmBF16Skinny(t *testing.T) {
 	gemmLowerMinWork(t)
+	old := gemmBF16SkinnyMax
+	gemmBF16SkinnyMax = 8
+	t.Cleanup(func() { gemmBF16SkinnyMax = old })
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, im := range gemmBF16TestImpls() {
 		t.Run(im.name, func(t *testing.T) {

@@ -110,19 +110,27 @@ func runBenchMatmul(opts *BenchMatmulOptions) error {
 	m, n, k := opts.m, opts.n, opts.k
 	ta, tb := opts.Transpose[0] == 't', opts.Transpose[1] == 't'
 	rng := rand.New(rand.NewPCG(1, 1))
-	rnd := func(sz int) kernels.Buffer {
+	rnd := func(sz int) (kernels.Buffer, error) {
 		h := make([]float32, sz)
 		for i := range h {
 			h[i] = rng.Float32()*2 - 1
 		}
 		b, err := dev.Alloc(kernels.F32, sz)
 		if err != nil {
-			panic(err) // a few MB; the helper rewrites this benchmark
+			return nil, err
 		}
 		dev.WriteF32(b, h)
-		return b
+		return b, nil
 	}
-	a, b, c := rnd(m*k), rnd(k*n), rnd(m*n)
+	var a, b, c kernels.Buffer
+	for _, x := range []struct {
+		p    *kernels.Buffer
+		size int
+	}{{&a, m * k}, {&b, k * n}, {&c, m * n}} {
+		if *x.p, err = rnd(x.size); err != nil {
+			return fmt.Errorf("bench matmul: %w", err)
+		}
+	}
 	lda, ldb := k, n
 	if ta {
 		lda = m

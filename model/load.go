@@ -28,6 +28,9 @@ type LoadOptions struct {
 	// ValueHeadSeed seeds the initialisation of a value head that Load adds
 	// and the checkpoint does not have (every value, 0 included, is a seed).
 	ValueHeadSeed uint64
+	// DType is the parameters' element type (Options.DType): F32 (default)
+	// or BF16, whatever the file holds (values are rounded to nearest even).
+	DType kernels.DType
 }
 
 // Load reads a Hugging Face model directory (config.json and any weight
@@ -53,12 +56,13 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 	default:
 		return nil, fmt.Errorf("model: ValueHead option %q: want auto, yes or no", opts.ValueHead)
 	}
-	m, err := New(dev, cfg, Options{ValueHead: vh})
+	m, err := New(dev, cfg, Options{ValueHead: vh, DType: opts.DType})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	fresh := vh && !hasVHead
 	if err := m.LoadWeights(ck, fresh); err != nil {
+		m.Free()
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	if fresh {
@@ -181,7 +185,8 @@ type SaveOptions struct {
 	// default, what OPTForCausalLM.from_pretrained reads) or
 	// "rwtransformer.decoder." (DeepSpeed-Chat's reward model).
 	Prefix string
-	// DType of the written tensors: tensor.F32 (default), F16 or BF16.
+	// DType of the written tensors: tensor.F32, F16 or BF16; the default
+	// is the parameters' own (BF16 for a bf16 model, else F32).
 	DType tensor.DType
 }
 
@@ -195,6 +200,9 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	}
 	if opts.DType == "" {
 		opts.DType = tensor.F32
+		if m.DType() == kernels.BF16 {
+			opts.DType = tensor.BF16
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save model: %w", err)

@@ -142,7 +142,7 @@ def opt_forward(cfg, p, ids, mask):
         k = h @ q_("self_attn.k_proj.weight").T + q_("self_attn.k_proj.bias")
         v = h @ q_("self_attn.v_proj.weight").T + q_("self_attn.v_proj.bias")
         sh = lambda t: t.view(B, T, NH, HS).transpose(1, 2)
-        w = sh(q) @ sh(k).transpose(-1, -2)
+        w = (sh(q) @ sh(k).transpose(-1, -2)).to(dt)  # bf16 under autocast; the mask is added in dt
         # transformers adds mask4 and clamps at minv; every masked score then
         # equals minv exactly (the score is absorbed). Writing minv in place
         # of masked scores computes the same values and gives them the

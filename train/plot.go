@@ -140,3 +140,43 @@ func plotSeries(path string, names []string, series map[string]plotter.XYs) (err
 	}
 	return nil
 }
+
+// PlotRun names a metrics.jsonl for PlotCompare.
+type PlotRun struct {
+	Name    string
+	Metrics string // path of a metrics.jsonl
+}
+
+// PlotCompare draws metric key of several runs against the step in one PNG
+// at path and returns each run's series (step -> value, in step order).
+func PlotCompare(key, path string, runs []PlotRun) (map[string]plotter.XYs, error) {
+	series := map[string]plotter.XYs{}
+	var names []string
+	for _, r := range runs {
+		recs, err := ReadMetrics(r.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := series[r.Name]; dup {
+			return nil, fmt.Errorf("plot: run name %q given twice", r.Name)
+		}
+		var xy plotter.XYs
+		for _, rec := range recs {
+			step, ok1 := rec["step"]
+			v, ok2 := rec[key]
+			if ok1 && ok2 {
+				xy = append(xy, plotter.XY{X: step, Y: v})
+			}
+		}
+		if len(xy) == 0 {
+			return nil, fmt.Errorf("plot: %s has no %q values", r.Metrics, key)
+		}
+		series[r.Name] = xy
+		names = append(names, r.Name)
+	}
+	out := map[string]plotter.XYs{}
+	for k, v := range series {
+		out[k] = append(plotter.XYs(nil), v...)
+	}
+	return out, plotSeries(path, names, series)
+}

@@ -69,13 +69,24 @@ func runChat(opts *ChatOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no"})
+	dt, err := resolveDType(opts.g, opts.DType, dev)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no", DType: dt})
 	if err != nil {
 		return err
 	}
 	tok, err := tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model))
 	if err != nil {
 		return err
+	}
+	// Answers get at most half the model's positions, so that a turn
+	// always has room for the conversation so far.
+	if most := m.Config.MaxPositions / 2; opts.MaxNewTokens > most {
+		fmt.Fprintf(opts.g.Err, "gochat: --max-new-tokens %d is more than half of the model's %d positions; answers are capped at %d tokens\n",
+			opts.MaxNewTokens, m.Config.MaxPositions, most)
+		opts.MaxNewTokens = most
 	}
 	interactive := isTerminal(opts.g.Out)
 	out := bufio.NewWriter(opts.g.Out)
@@ -105,9 +116,6 @@ func runChat(opts *ChatOptions) error {
 		ids := tok.Encode(history, true)
 		// Keep the most recent tokens that leave room for the answer.
 		if limit := m.Config.MaxPositions - opts.MaxNewTokens; len(ids) > limit {
-			if limit < 1 {
-				return usageErrorf("--max-new-tokens %d leaves no room for a prompt (max positions %d)", opts.MaxNewTokens, m.Config.MaxPositions)
-			}
 			ids = append(ids[:1:1], ids[len(ids)-limit+1:]...)
 		}
 		s, err := model.NewSampler(opts.Sample)

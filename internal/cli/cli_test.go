@@ -282,3 +282,25 @@ func TestIntFlagErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateClampsMaxNewTokens: generation stops at the model's last
+// position with a notice instead of refusing; a prompt that fills every
+// position is refused.
+func TestGenerateClampsMaxNewTokens(t *testing.T) {
+	dir := filepath.Join("..", "..", "model", "testdata", "golden", "preln") // 16 positions
+	out, errOut, code := run(t, "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "100", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "generating at most 12") {
+		t.Errorf("no notice of the clamp in %q", errOut)
+	}
+	var res struct{ Tokens []int32 }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Tokens) > 12 {
+		t.Fatalf("output %q (%v): want at most 12 tokens", out, err)
+	}
+	ids := strings.TrimSuffix(strings.Repeat("5,", 16), ",")
+	if _, errOut, code := run(t, "generate", "--model", dir, "--prompt-ids", ids); code == 0 || !strings.Contains(errOut, "at most 16 positions") {
+		t.Errorf("a 16-token prompt: code %d, %q", code, errOut)
+	}
+}

@@ -104,7 +104,11 @@ func runGenerate(opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no"})
+	dt, err := resolveDType(opts.g, opts.DType, dev)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no", DType: dt})
 	if err != nil {
 		return err
 	}
@@ -119,6 +123,13 @@ func runGenerate(opts *GenerateOptions) error {
 		if int(id) >= m.Config.VocabSize {
 			return usageErrorf("--prompt-ids: %d is outside the vocabulary (%d)", id, m.Config.VocabSize)
 		}
+	}
+	if room := m.Config.MaxPositions - len(opts.ids); room < 1 {
+		return usageErrorf("the prompt has %d tokens, the model takes at most %d positions", len(opts.ids), m.Config.MaxPositions)
+	} else if opts.MaxNewTokens > room {
+		fmt.Fprintf(opts.g.Err, "gochat: --max-new-tokens %d does not fit after a %d-token prompt in the model's %d positions; generating at most %d\n",
+			opts.MaxNewTokens, len(opts.ids), m.Config.MaxPositions, room)
+		opts.MaxNewTokens = room
 	}
 	s, err := model.NewSampler(opts.Sample)
 	if err != nil {

@@ -233,8 +233,15 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	if err != nil {
 		return err
 	}
+	wdt, err := resolveDType(o.g, o.DType, dev)
+	if err != nil {
+		return err
+	}
+	// In bf16 every model holds bf16 weights only: the frozen reference
+	// and reward model have nothing else, the actor and critic get fp32
+	// master weights from their optimizers.
 	load := func(dir, vh string) (*model.Model, error) {
-		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed})
+		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: wdt})
 	}
 	actor, err := load(o.Actor, "no")
 	if err != nil {

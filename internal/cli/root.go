@@ -143,6 +143,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newRewardCmd(g, nil),
 		newPPOCmd(g, nil),
 		newTrainCmd(g, nil),
+		newPlotCmd(g, nil),
 	)
 	return root
 }

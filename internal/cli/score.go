@@ -67,7 +67,11 @@ func runScore(opts *ScoreOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "yes"})
+	dt, err := resolveDType(opts.g, opts.DType, dev)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "yes", DType: dt})
 	if err != nil {
 		return err
 	}

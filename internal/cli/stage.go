@@ -289,7 +289,11 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	}
 	// A value head the checkpoint lacks starts as nn.Linear's (model.Load's
 	// rule, the same for the step-3 critic).
-	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed})
+	dt, err := resolveDType(o.g, o.DType, dev)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: dt})
 	if err != nil {
 		return err
 	}

@@ -723,3 +723,21 @@ steps:
 		t.Error("the finished step 3 left its checkpoint behind")
 	}
 }
+
+// TestChatClampsMaxNewTokens: a --max-new-tokens past the model's room is
+// capped with a notice (half the positions), not refused.
+func TestChatClampsMaxNewTokens(t *testing.T) {
+	mdir := tinyModel(t)
+	var out, errb bytes.Buffer
+	code := Main([]string{"chat", "--model", mdir, "--max-new-tokens", "100000"},
+		strings.NewReader("Hello there\nquit\n"), &out, &errb)
+	if code != 0 {
+		t.Fatalf("chat: %s", errb.String())
+	}
+	if !strings.Contains(errb.String(), "answers are capped at") {
+		t.Errorf("no notice of the cap in %q", errb.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1 {
+		t.Errorf("%d answer lines, want 1:\n%q", n, out.String())
+	}
+}

@@ -252,16 +252,19 @@ const (
 // siteActs are the activation options of a pass; actorCheckpointing is the
 // engine's gradient checkpointing (TrainActsOptions adds it to the actor's
 // training pass).
+// The gradient-free passes of the experience keep no layer's activations
+// for a backward pass: Checkpoint makes one layer's buffers serve every
+// layer (the same computation, a fraction of the memory).
 func (o Options) siteActs(site int, actorCheckpointing bool) model.ActsOptions {
 	switch site {
 	case siteCriticValues:
-		return model.ActsOptions{NoLogits: true}
+		return model.ActsOptions{Checkpoint: true, NoLogits: true}
 	case siteActorTrain:
 		return model.ActsOptions{Train: true, Dropout: o.ActorDropout, Checkpoint: actorCheckpointing}
 	case siteCriticTrain:
 		return model.ActsOptions{Train: true, Dropout: o.CriticDropout, Checkpoint: o.CriticCheckpointing, NoLogits: true}
 	}
-	return model.ActsOptions{} // the actor's and the reference's log-probs
+	return model.ActsOptions{Checkpoint: true} // the actor's and the reference's log-probs
 }
 
 // SiteActs is one set of activation buffers that a Trainer keeps between

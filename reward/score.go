@@ -77,9 +77,11 @@ func Texts(tok Tokenizer, promptIDs, answerIDs []int32, eos int32) (prompt, answ
 }
 
 // ScoreActs are the activation buffers Score holds while it scores a batch
-// of b sequences of up to t tokens (freed before it returns).
+// of b sequences of up to t tokens (freed before it returns): no logits,
+// and one layer's buffers for every layer (Checkpoint: there is no
+// backward pass).
 func ScoreActs(b, t int) model.ActsShape {
-	return model.ActsShape{B: b, T: t, Opts: model.ActsOptions{NoLogits: true}}
+	return model.ActsShape{B: b, T: t, Opts: model.ActsOptions{Checkpoint: true, NoLogits: true}}
 }
 
 // Score returns the reward model's score of each token sequence: the value

@@ -47,12 +47,13 @@ func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error)
 // Acts are the activation buffers the stage keeps when its micro-batches
 // have up to batch pairs: one set for training and one for evaluation
 // (batches of up to EvalBatch pairs), both [2·pairs, MaxSeqLen] (chosen and
-// rejected run as one batch) without logits. The stage allocates exactly
-// these (a memory planner reads them).
+// rejected run as one batch) without logits; evaluation keeps one layer's
+// buffers for every layer (Checkpoint: it has no backward pass). The stage
+// allocates exactly these (a memory planner reads them).
 func (o Options) Acts(batch int) (train, eval model.ActsShape) {
 	return model.ActsShape{B: 2 * batch, T: o.MaxSeqLen, Opts: model.ActsOptions{Train: true, Dropout: o.Dropout,
 			Checkpoint: o.Checkpoint, NoLogits: true}},
-		model.ActsShape{B: 2 * o.EvalBatch, T: o.MaxSeqLen, Opts: model.ActsOptions{NoLogits: true}}
+		model.ActsShape{B: 2 * o.EvalBatch, T: o.MaxSeqLen, Opts: model.ActsOptions{Checkpoint: true, NoLogits: true}}
 }
 
 // pairs runs the model over chosen and rejected sequences as one batch of

@@ -48,11 +48,12 @@ func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error)
 
 // Acts are the activation buffers the stage keeps when its micro-batches
 // have up to batch examples: one set for training and one for evaluation
-// (batches of up to EvalBatch), both [rows, MaxSeqLen]. The stage
-// allocates exactly these (a memory planner reads them).
+// (batches of up to EvalBatch), both [rows, MaxSeqLen]; evaluation keeps
+// one layer's buffers for every layer (Checkpoint: it has no backward
+// pass). The stage allocates exactly these (a memory planner reads them).
 func (o Options) Acts(batch int) (train, eval model.ActsShape) {
 	return model.ActsShape{B: batch, T: o.MaxSeqLen, Opts: model.ActsOptions{Train: true, Dropout: o.Dropout, Checkpoint: o.Checkpoint}},
-		model.ActsShape{B: o.EvalBatch, T: o.MaxSeqLen}
+		model.ActsShape{B: o.EvalBatch, T: o.MaxSeqLen, Opts: model.ActsOptions{Checkpoint: true}}
 }
 
 func pick(s *data.Set, idx []int) []data.Example {

@@ -133,25 +133,32 @@ func fit[T any](in T, budget int64, est func(T) (int64, error), knobs []knob[T])
 	if !ok {
 		return nil
 	}
-	// Prune: drop what is not needed (the changes that alter training most
-	// first), then soften what stays.
+	// Prune, the changes that alter training most first: soften each as
+	// far as the others allow, drop what is not needed, soften again.
+	fitsWith := func(cs []choice) bool {
+		x, _ := build(cs)
+		_, f := fits(x)
+		return f
+	}
+	soften := func() {
+		for i := len(chosen) - 1; i >= 0; i-- {
+			for chosen[i].level > 0 {
+				chosen[i].level--
+				if !fitsWith(chosen) {
+					chosen[i].level++
+					break
+				}
+			}
+		}
+	}
+	soften()
 	for i := len(chosen) - 1; i >= 0; i-- {
 		without := append(append([]choice{}, chosen[:i]...), chosen[i+1:]...)
-		if x, _ := build(without); len(without) > 0 {
-			if _, f := fits(x); f {
-				chosen = without
-			}
+		if len(without) > 0 && fitsWith(without) {
+			chosen = without
 		}
 	}
-	for i := range chosen {
-		for chosen[i].level > 0 {
-			chosen[i].level--
-			if x, _ := build(chosen); !func() bool { _, f := fits(x); return f }() {
-				chosen[i].level++
-				break
-			}
-		}
-	}
+	soften()
 	x, fs := build(chosen)
 	p, _ := est(x)
 	return []Change{{Flags: fs.list(), Peak: p}}

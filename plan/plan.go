@@ -135,6 +135,14 @@ type Estimate struct {
 	Peak     int64 `json:"peak"`
 }
 
+// dtypeName is the --dtype value of a parameter type.
+func dtypeName(dt kernels.DType) string {
+	if dt == kernels.BF16 {
+		return "bf16"
+	}
+	return "fp32"
+}
+
 // Part is a named byte count.
 type Part struct {
 	Name  string `json:"name"`
@@ -269,7 +277,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 		loraActs = int64(lora.ActsBytes(layers, s.LoRA.Dim, max(tr.B, ev.B)*tr.T))
 		m.LoRA += loraActs
 	}
-	e := &Estimate{Step: step, DType: s.DType.String(), Models: []Model{m}}
+	e := &Estimate{Step: step, DType: dtypeName(s.DType), Models: []Model{m}}
 	var save int64
 	if s.LoRA.Dim > 0 { // saveModelDir fuses into a copy of the weights
 		save = m.Weights + int64(lora.FuseBytes(c, s.LoRA, s.DType))
@@ -296,6 +304,8 @@ func (s Stage) check() error {
 		return fmt.Errorf("plan: batch sizes and sequence length must be >= 1")
 	case s.DType != kernels.F32 && s.DType != kernels.BF16:
 		return fmt.Errorf("plan: parameters in %v (want f32 or bf16)", s.DType)
+	case s.Sft.MaxSeqLen > s.Model.MaxPositions:
+		return fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", s.Sft.MaxSeqLen, s.Model.MaxPositions)
 	}
 	return nil
 }
@@ -380,7 +390,7 @@ func (p PPO) Estimate() (*Estimate, error) {
 		fuse = int64(lora.FuseBytes(p.Actor, p.ActorLoRA, dt))
 	}
 
-	e := &Estimate{Step: "ppo", DType: dt.String(), Models: []Model{actor, ref, critic, rm}}
+	e := &Estimate{Step: "ppo", DType: dtypeName(dt), Models: []Model{actor, ref, critic, rm}}
 	var state, acts int64
 	for _, m := range e.Models {
 		state += m.Weights + m.Master + m.Grads + m.Moments + m.LoRA + m.EMA
@@ -430,6 +440,14 @@ func (p PPO) check() error {
 		return fmt.Errorf("plan: batch sizes and lengths must be >= 1")
 	case p.DType != kernels.F32 && p.DType != kernels.BF16:
 		return fmt.Errorf("plan: parameters in %v (want f32 or bf16)", p.DType)
+	}
+	for _, m := range []struct {
+		name string
+		c    *model.Config
+	}{{"actor", p.Actor}, {"critic", p.Critic}, {"reward model", p.Reward}} {
+		if n := p.PromptLen + p.AnswerLen; n > m.c.MaxPositions {
+			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len = %d exceeds the %s's max_position_embeddings %d", n, m.name, m.c.MaxPositions)
+		}
 	}
 	return nil
 }

@@ -52,14 +52,14 @@ func TestApplyCommandLineWins(t *testing.T) {
 	if err := fs.Parse([]string{"--max-seq-len", "128"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Apply("sft", fs, func(n string) bool { return fs.Lookup(n) != nil }); err != nil {
+	if _, err := r.Apply("sft", fs, func(n string) bool { return fs.Lookup(n) != nil }); err != nil {
 		t.Fatal(err)
 	}
 	if *lr != 0.5 || strings.Join(*data, "|") != "x|y" || *seq != 128 {
 		t.Errorf("lr %v data %v seq %v", *lr, *data, *seq)
 	}
 	bad, _ := Parse([]byte("actor: a\nsteps:\n  sft: {learning-rat: 1}\n"), "t.yaml")
-	if err := bad.Apply("sft", fs, func(n string) bool { return fs.Lookup(n) != nil }); err == nil || !strings.Contains(err.Error(), "learning-rat") {
+	if _, err := bad.Apply("sft", fs, func(n string) bool { return fs.Lookup(n) != nil }); err == nil || !strings.Contains(err.Error(), "learning-rat") {
 		t.Errorf("typo in a flag name: %v", err)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gochat-ai/gochat/plan"
 )
 
 // Exit codes.
@@ -47,6 +49,9 @@ type Globals struct {
 	Threads  int
 	CPUProf  string
 	Log      zerolog.Logger
+	// Memory reports what the machine offers the memory pre-flight (nil:
+	// plan.Available on the root file system; tests fake it).
+	Memory   func() (plan.Memory, error)
 	stopProf func()
 }
 
@@ -144,6 +149,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newPPOCmd(g, nil),
 		newTrainCmd(g, nil),
 		newPlotCmd(g, nil),
+		newEstimateCmd(g),
 	)
 	return root
 }

@@ -51,6 +51,50 @@ const HeadroomFraction = float64(GCPercent) / 100 / 2
 // activations) from piling up to twice the live memory as GOGC=100 would.
 const GCPercent = 20
 
+// Parallel describes data-parallel training over several GPUs with
+// DeepSpeed's ZeRO, as DeepSpeed-Chat's GPU scripts run it. gochat runs one
+// process today (the zero value); the planner uses Parallel to check the
+// GPU recipes against their budgets for the issue that brings ZeRO. The
+// estimate is then per GPU: ZeRO stage 1 partitions the optimizer state
+// (moments, master weights) over Ranks, stage 2 also the gradients, stage
+// 3 also the weights (and, as DeepSpeed-Chat does, the frozen reference
+// and reward models follow the actor's and the critic's stage 3); Offload
+// keeps the optimizer state in host memory; generation gathers the
+// actor's weights into the inference workspace split over InferenceTP
+// GPUs (tensor parallelism), which also splits the KV cache. Activations
+// are per GPU already (per-device batch sizes).
+type Parallel struct {
+	Ranks                   int  // GPUs in all (0 or 1: one process)
+	Stage                   int  // steps 1 and 2: --zero-stage
+	ActorStage, CriticStage int  // step 3: --actor-zero-stage, --critic-zero-stage
+	Offload                 bool // --offload: optimizer state on the host
+	InferenceTP             int  // step 3: --inference-tp-size (0 or 1: none)
+}
+
+// GPUReserve is what a GPU process holds beyond its buffers in a GPU
+// estimate: the CUDA context, cuBLAS workspaces and allocator slack.
+const GPUReserve int64 = 1 << 30
+
+// partition divides a model's state over p.Ranks for ZeRO stage.
+func (p Parallel) partition(m *Model, stage int) {
+	if p.Ranks <= 1 {
+		return
+	}
+	r := int64(p.Ranks)
+	if stage >= 1 {
+		m.Master, m.Moments = m.Master/r, m.Moments/r
+	}
+	if p.Offload {
+		m.Master, m.Moments = 0, 0
+	}
+	if stage >= 2 {
+		m.Grads /= r
+	}
+	if stage >= 3 {
+		m.Weights, m.EMA = m.Weights/r, m.EMA/r
+	}
+}
+
 // Stage describes step 1 (sft) or step 2 (reward) for the planner.
 type Stage struct {
 	Reward bool          // step 2: a value head, chosen and rejected as one batch
@@ -65,6 +109,7 @@ type Stage struct {
 	// GradAccum is --gradient-accumulation-steps (Fit keeps the effective
 	// batch when it halves the micro-batch).
 	GradAccum int
+	Parallel  Parallel // the zero value: one process, as gochat runs today
 }
 
 // PPO describes step 3 for the planner.
@@ -81,6 +126,7 @@ type PPO struct {
 	ActorCheckpointing    bool
 	Opts                  ppo.Options // CriticCheckpointing, ActorDropout, CriticDropout, EnableEMA
 	KeepCache             bool
+	Parallel              Parallel // the zero value: one process, as gochat runs today
 }
 
 // Model is what one model holds, in bytes.
@@ -149,13 +195,19 @@ type Part struct {
 	Bytes int64  `json:"bytes"`
 }
 
-// finish sets Device, Runtime, Headroom and Peak from the phases.
-func (e *Estimate) finish() {
-	for _, p := range e.Phases {
-		e.Device = max(e.Device, p.Bytes)
+// finish sets Device, Runtime, Headroom and Peak from the phases: on the
+// CPU the Go runtime and the collector's headroom come on top of the
+// buffers, on a GPU (Parallel.Ranks > 1) the GPUReserve.
+func (e *Estimate) finish(p Parallel) {
+	for _, ph := range e.Phases {
+		e.Device = max(e.Device, ph.Bytes)
 	}
-	e.Runtime = Runtime
-	e.Headroom = int64(HeadroomFraction * float64(e.Device))
+	if p.Ranks > 1 {
+		e.Runtime = GPUReserve
+	} else {
+		e.Runtime = Runtime
+		e.Headroom = int64(HeadroomFraction * float64(e.Device))
+	}
 	e.Peak = e.Device + e.Runtime + e.Headroom
 }
 
@@ -265,6 +317,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 		return nil, fmt.Errorf("--lora-dim/--lora-module-name: %w", err)
 	}
 	m.Checkpointing = s.Sft.Checkpoint
+	s.Parallel.partition(&m, s.Parallel.Stage)
 	trActs, trLogits := actsSplit(c, vh, tr)
 	evActs, evLogits := actsSplit(c, vh, ev)
 	other := tr
@@ -292,7 +345,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 		{"evaluate", state + m.Acts + m.Logits + loraActs},
 		{"save", state + m.Acts + m.Logits + loraActs + save},
 	}
-	e.finish()
+	e.finish(s.Parallel)
 	return e, nil
 }
 
@@ -343,6 +396,19 @@ func (p PPO) Estimate() (*Estimate, error) {
 		}
 	}
 
+	par := p.Parallel
+	refStage, rewardStage := 0, 0
+	if par.ActorStage == 3 {
+		refStage = 3
+	}
+	if par.CriticStage == 3 {
+		rewardStage = 3
+	}
+	par.partition(&actor, par.ActorStage)
+	par.partition(&ref, refStage)
+	par.partition(&critic, par.CriticStage)
+	par.partition(&rm, rewardStage)
+
 	// Activations (ppo.Options.ActsPlan), with the other checkpointing
 	// setting for the trained models.
 	seq := p.PromptLen + p.AnswerLen
@@ -383,7 +449,12 @@ func (p PPO) Estimate() (*Estimate, error) {
 
 	// Generate mode (hybridengine.GenerateBytes), and the scratch of fusing
 	// LoRA into bf16 weights.
-	ws, kc := hybridengine.GenerateBytes(p.Actor, false, dt, p.ActorLoRA.Dim > 0, p.GenBatch, p.PromptLen, p.AnswerLen)
+	// Under ZeRO-3 generation gathers the weights whether or not there are
+	// adapters; tensor parallelism splits them and the KV cache.
+	ws, kc := hybridengine.GenerateBytes(p.Actor, false, dt, p.ActorLoRA.Dim > 0 || par.ActorStage == 3, p.GenBatch, p.PromptLen, p.AnswerLen)
+	if tp := par.InferenceTP; tp > 1 {
+		ws, kc = ws/tp, kc/tp
+	}
 	actor.Workspace, actor.KVCache = int64(ws), int64(kc)
 	var fuse int64
 	if p.ActorLoRA.Dim > 0 {
@@ -428,7 +499,7 @@ func (p PPO) Estimate() (*Estimate, error) {
 		{"train", state + acts + loraActs + kept},
 		{"save", state + acts + loraActs + kept + save},
 	}
-	e.finish()
+	e.finish(p.Parallel)
 	return e, nil
 }
 

@@ -86,7 +86,10 @@ func (b Budget) String() string {
 	case max(b.Nodes, 1) > 1:
 		return fmt.Sprintf("%d nodes x %d GPUs x %g GB", b.Nodes, b.GPUs, b.GPUMemoryGB)
 	}
-	return fmt.Sprintf("%d GPU x %g GB", b.GPUs, b.GPUMemoryGB)
+	if b.GPUs == 1 {
+		return fmt.Sprintf("1 GPU x %g GB", b.GPUMemoryGB)
+	}
+	return fmt.Sprintf("%d GPUs x %g GB", b.GPUs, b.GPUMemoryGB)
 }
 
 // Hardware is what a machine offers, as recipe picking sees it.

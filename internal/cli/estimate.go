@@ -26,8 +26,9 @@ func forEstimate(cmd *cobra.Command) bool { return cmd.Annotations[estimateOnly]
 
 // EstimateOptions are the options of `gochat estimate`.
 type EstimateOptions struct {
-	g    *Globals
-	JSON bool
+	g      *Globals
+	JSON   bool
+	PerGPU bool
 }
 
 func newEstimateCmd(g *Globals) *cobra.Command {
@@ -51,6 +52,7 @@ overrides).`,
 		Args: cobra.NoArgs,
 	}
 	cmd.PersistentFlags().BoolVar(&o.JSON, "json", false, "print the estimates as JSON")
+	perGPUHelp := "train with a GPU recipe: estimate per GPU of the recipe's budget under its ZeRO settings (its later: section), as the ZeRO issue will run it, against the budget"
 	mark := func(c *cobra.Command, use, short string) *cobra.Command {
 		c.Use, c.Short = use, short
 		c.Annotations = map[string]string{estimateOnly: "true"}
@@ -62,6 +64,11 @@ overrides).`,
 		mark(newPPOCmd(g, func(po *PPOOptions) error { return o.ppo(po) }), "ppo --actor DIR|NAME --critic DIR|NAME [ppo flags]", "Estimate step 3"),
 		mark(newTrainCmd(g, func(to *TrainOptions) error { return o.train(to) }), "train --actor DIR|NAME --reward DIR|NAME [--recipe NAME|FILE] [train flags]", "Estimate the steps of gochat train"),
 	)
+	for _, c := range cmd.Commands() {
+		if c.Name() == "train" {
+			c.Flags().BoolVar(&o.PerGPU, "per-gpu", false, perGPUHelp)
+		}
+	}
 	return cmd
 }
 
@@ -98,6 +105,10 @@ func (o *EstimateOptions) ppo(po *PPOOptions) error {
 }
 
 func (o *EstimateOptions) train(to *TrainOptions) error {
+	to.perGPU = o.PerGPU
+	if o.PerGPU && (to.recipe == nil || to.recipe.Budget.IsCPU()) {
+		return usageErrorf("--per-gpu needs a GPU recipe (gochat recipes lists their budgets)")
+	}
 	plans, err := to.planSteps()
 	if err != nil {
 		return err

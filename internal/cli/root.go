@@ -57,11 +57,16 @@ type Globals struct {
 
 // Main runs gochat with args and returns the process exit code.
 func Main(args []string, in io.Reader, out, errw io.Writer) int {
-	g := &Globals{In: in, Out: out, Err: errw}
+	return execute(&Globals{In: in, Out: out, Err: errw}, args)
+}
+
+// execute runs gochat with args on g's streams (and g.Memory, for tests).
+func execute(g *Globals, args []string) int {
+	in, errw := g.In, g.Err
 	root := newRootCmd(g)
 	root.SetArgs(args)
 	root.SetIn(in)
-	root.SetOut(out)
+	root.SetOut(g.Out)
 	root.SetErr(errw)
 	err := root.Execute()
 	if err == nil {

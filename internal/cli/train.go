@@ -32,6 +32,9 @@ type TrainOptions struct {
 	gen    generator
 	genDir string
 	ready  bool // setup has run
+	// perGPU makes the memory plan per GPU of a GPU recipe's budget under
+	// its ZeRO settings (gochat estimate train --per-gpu).
+	perGPU bool
 }
 
 // completeFile marks a finished step's output directory.

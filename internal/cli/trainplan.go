@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/gochat-ai/gochat/model"
@@ -33,6 +34,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 			continue
 		}
 		st, so := o.newStep(n)
+		st.cmd.Annotations = map[string]string{estimateOnly: "true"} // nothing runs: no --data needed
 		if err := o.prepare(st, st.args, false); err != nil {
 			return nil, err
 		}
@@ -49,6 +51,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 				return nil, err
 			}
 			in := so.stage.planWith(cfg, dt)
+			in.Parallel = o.parallel(n)
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)
@@ -68,6 +71,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 				return nil, err
 			}
 			in := so.ppo.planWith(cfgs[0], cfgs[1], cfgs[2], dt)
+			in.Parallel = o.parallel(n)
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)
@@ -77,6 +81,26 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// parallel is how step n would run on the recipe's GPUs under its ZeRO
+// settings (recipes.Recipe.Later: zero-stage, actor-zero-stage,
+// critic-zero-stage, offload, inference-tp-size) when perGPU is set, else
+// one process as gochat runs today.
+func (o *TrainOptions) parallel(n int) plan.Parallel {
+	r := o.recipe
+	if !o.perGPU || r == nil || r.Budget.IsCPU() {
+		return plan.Parallel{}
+	}
+	step := [...]string{"", "sft", "reward", "ppo"}[n]
+	num := func(k string) int {
+		v, _ := recipes.FlagValue(r.Later[step][k])
+		i, _ := strconv.Atoi(v)
+		return i
+	}
+	off, _ := recipes.FlagValue(r.Later[step]["offload"])
+	return plan.Parallel{Ranks: r.Budget.Ranks(), Stage: num("zero-stage"), ActorStage: num("actor-zero-stage"),
+		CriticStage: num("critic-zero-stage"), Offload: off == "true", InferenceTP: num("inference-tp-size")}
 }
 
 // configOf is the config of the model a step reads from dir: step 1's
@@ -192,8 +216,10 @@ func (o *TrainOptions) chooseRecipe(actor, rm *model.Config, hw recipes.Hardware
 			tooBig = append(tooBig, fmt.Sprintf("%s (%s)", n, r.Budget))
 			continue
 		}
+		// The recipe's steps as gochat runs them on a CPU, or per GPU under
+		// the recipe's ZeRO settings.
 		c := *o
-		c.recipe, c.ready, c.SkipPreflight = r, false, false
+		c.recipe, c.ready, c.SkipPreflight, c.perGPU = r, false, false, !r.Budget.IsCPU()
 		c.Steps = []int{1, 2, 3}
 		plans, err := c.planSteps()
 		if err != nil {
@@ -203,7 +229,11 @@ func (o *TrainOptions) chooseRecipe(actor, rm *model.Config, hw recipes.Hardware
 		for _, p := range plans {
 			peak = max(peak, p.est.Peak)
 		}
-		if peak > avail {
+		limit := avail
+		if !r.Budget.IsCPU() {
+			limit = int64(hw.GPUMemoryGB * 1e9)
+		}
+		if peak > limit {
 			tooBig = append(tooBig, fmt.Sprintf("%s (peak %s)", n, plan.GiB(peak)))
 			continue
 		}

@@ -356,7 +356,7 @@ func hint(err error) string {
 	s := err.Error()
 	switch {
 	case strings.Contains(s, "cannot allocate") || strings.Contains(s, "out of memory"):
-		return " (try a smaller --per-device-train-batch-size, --gradient-checkpointing, or LoRA with --only-optimize-lora)"
+		return " (gochat estimate train with the same flags shows where the memory goes and what would fit)"
 	case strings.Contains(s, "non-finite"):
 		return " (try a lower learning rate or more warm-up steps in the recipe)"
 	case strings.Contains(s, "max_position_embeddings"):

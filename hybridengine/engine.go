@@ -105,6 +105,18 @@ func New(m *model.Model, lo *lora.LoRA, opts Options) (*Engine, error) {
 	return &Engine{m: m, lo: lo, opts: opts}, nil
 }
 
+// GenerateBytes is what an engine for a model with config c and
+// parameters of type dt holds in Generate mode for batches of b prompts of
+// promptLen tokens: the inference workspace (with LoRA, a copy of the
+// parameters in their type; nil without) and the KV cache (prompt plus
+// maxAnswer positions, prefilled in one chunk).
+func GenerateBytes(c *model.Config, valueHead bool, dt kernels.DType, withLoRA bool, b, promptLen, maxAnswer int) (workspace, cache int) {
+	if withLoRA {
+		workspace = model.ParamCount(c, valueHead) * dt.Size()
+	}
+	return workspace, model.CacheBytes(c, b, promptLen+maxAnswer, promptLen)
+}
+
 // Mode reports the current mode.
 func (e *Engine) Mode() Mode { return e.mode }
 

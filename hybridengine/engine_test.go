@@ -661,3 +661,28 @@ func TestBF16Engine(t *testing.T) {
 		})
 	}
 }
+
+// TestGenerateBytes checks GenerateBytes against what Generate mode holds:
+// the workspace (with LoRA) and the KV cache.
+func TestGenerateBytes(t *testing.T) {
+	for _, withLoRA := range []bool{false, true} {
+		m := loadGolden(t, "preln")
+		var lo *lora.LoRA
+		if withLoRA {
+			lo = newLoRA(t, m, 1)
+		}
+		e := newEngine(t, m, lo, Options{MaxAnswerLen: 4, Sample: greedy, IgnoreEOS: true, KeepInferenceCache: true})
+		if _, err := e.Generate(leftPad(m, randomPrompts(m, 1, 3, 5, 2), 5)); err != nil {
+			t.Fatal(err)
+		}
+		e.Train() // keeps the workspace and the cache
+		held := m.Dev.MemStats().Live
+		e.opts.KeepInferenceCache = false
+		e.EnterGenerate()
+		e.Train() // releases them
+		ws, kc := GenerateBytes(m.Config, m.HasValueHead(), m.DType(), withLoRA, 3, 5, 4)
+		if got := held - m.Dev.MemStats().Live; got != int64(ws+kc) {
+			t.Errorf("LoRA %v: Generate mode holds %d bytes, GenerateBytes says %d + %d", withLoRA, got, ws, kc)
+		}
+	}
+}

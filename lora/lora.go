@@ -76,31 +76,29 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 	c, d, r := m.Config, m.Dev, cfg.Dim
 	lo := &LoRA{cfg: cfg, dev: d, scale: float32(cfg.Scaling / float64(r)), baseRange: map[string][2]int{}}
 	lo.sites = make([][model.NumSites][]*part, c.NumLayers)
+	for s := range model.NumSites {
+		names, _, out := c.Linears(s)
+		lo.siteOut[s] = out * len(names)
+	}
 	total := 0
-	for l := range c.NumLayers {
-		for s := range model.NumSites {
-			names, in, out := c.Linears(s)
-			lo.siteOut[s] = out * len(names)
-			for j, n := range names {
-				short := fmt.Sprintf("layers.%d.%s", l, n)
-				if !strings.Contains("model.decoder."+short, cfg.ModuleName) {
-					continue
-				}
-				off, _, ok := m.ParamRange(short + ".weight")
-				if !ok {
-					return nil, fmt.Errorf("lora: model has no %s.weight", short)
-				}
-				lo.baseRange[short] = [2]int{off, in * out}
-				lo.sites[l][s] = append(lo.sites[l][s], &part{name: short, col: j * out, in: in, out: out})
-				lo.names = append(lo.names, short)
-				total += (in + out) * r
-			}
+	var err error
+	selectLayers(c, cfg, func(l int, s model.Site, j int, short string, in, out int) {
+		off, _, ok := m.ParamRange(short + ".weight")
+		if !ok {
+			err = fmt.Errorf("lora: model has no %s.weight", short)
+			return
 		}
+		lo.baseRange[short] = [2]int{off, in * out}
+		lo.sites[l][s] = append(lo.sites[l][s], &part{name: short, col: j * out, in: in, out: out})
+		lo.names = append(lo.names, short)
+		total += (in + out) * r
+	})
+	if err != nil {
+		return nil, err
 	}
 	if total == 0 {
-		return nil, fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like model.decoder.layers.0.self_attn.q_proj, model.decoder.layers.0.fc1)", cfg.ModuleName)
+		return nil, noMatch(cfg)
 	}
-	var err error
 	if lo.Params, err = d.Alloc(kernels.F32, total); err != nil {
 		return nil, fmt.Errorf("lora: %d adapter parameters: %w", total, err)
 	}
@@ -127,6 +125,70 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 	}
 	d.WriteF32(lo.Params, host)
 	return lo, nil
+}
+
+// selectLayers calls visit for every linear layer of a decoder with config
+// c that cfg.ModuleName selects, in layer, site, output-column order: the
+// layer index, its site, its index j within the site, its short name (e.g.
+// "layers.3.self_attn.q_proj") and its in and out sizes.
+func selectLayers(c *model.Config, cfg Config, visit func(l int, s model.Site, j int, short string, in, out int)) {
+	for l := range c.NumLayers {
+		for s := range model.NumSites {
+			names, in, out := c.Linears(s)
+			for j, n := range names {
+				short := fmt.Sprintf("layers.%d.%s", l, n)
+				if strings.Contains("model.decoder."+short, cfg.ModuleName) {
+					visit(l, s, j, short, in, out)
+				}
+			}
+		}
+	}
+}
+
+func noMatch(cfg Config) error {
+	return fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like model.decoder.layers.0.self_attn.q_proj, model.decoder.layers.0.fc1)", cfg.ModuleName)
+}
+
+// Size is what New allocates for a model with config c, without a model:
+// the number of adapter parameters (Params and Grads hold that many F32
+// elements each) and the number of adapted linear layers. Errors are New's.
+func Size(c *model.Config, cfg Config) (params, layers int, err error) {
+	if cfg.Dim <= 0 {
+		return 0, 0, fmt.Errorf("lora: dimension must be > 0, got %d", cfg.Dim)
+	}
+	if cfg.ModuleName == "" {
+		cfg.ModuleName = "decoder.layers."
+	}
+	selectLayers(c, cfg, func(_ int, _ model.Site, _ int, _ string, in, out int) {
+		params += (in + out) * cfg.Dim
+		layers++
+	})
+	if layers == 0 {
+		return 0, 0, noMatch(cfg)
+	}
+	return params, layers, nil
+}
+
+// ActsBytes is the device memory Reserve(n) holds for adapters of rank dim
+// on layers adapted layers: every layer's [n,r] buffer for x·right and the
+// shared [n,r] scratch of the backward.
+func ActsBytes(layers, dim, n int) int {
+	return (layers + 1) * n * dim * kernels.F32.Size()
+}
+
+// FuseBytes is the scratch Fuse allocates (and frees before it returns) to
+// fuse adapters selected by cfg into parameters of type dt: the largest
+// adapted weight in fp32 when dt is not F32, else nothing.
+func FuseBytes(c *model.Config, cfg Config, dt kernels.DType) int {
+	if dt == kernels.F32 {
+		return 0
+	}
+	if cfg.ModuleName == "" {
+		cfg.ModuleName = "decoder.layers."
+	}
+	most := 0
+	selectLayers(c, cfg, func(_ int, _ model.Site, _ int, _ string, in, out int) { most = max(most, in*out) })
+	return most * kernels.F32.Size()
 }
 
 // Adapted lists the adapted layers' names (e.g. "layers.0.self_attn.q_proj").

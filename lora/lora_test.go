@@ -185,3 +185,42 @@ func TestGradients(t *testing.T) {
 		lo.dev.WriteF32(lo.Params, p0)
 	}
 }
+
+// TestSizeMatchesNew checks Size and ActsBytes against what New and
+// Reserve allocate.
+func TestSizeMatchesNew(t *testing.T) {
+	m := load(t, "preln")
+	for _, pattern := range []string{"", "q_proj", "layers.1.self_attn", "fc"} {
+		for _, dim := range []int{1, 4} {
+			cfg := Config{Dim: dim, ModuleName: pattern}
+			params, layers, err := Size(m.Config, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := m.Dev.MemStats().Live
+			lo, err := New(m, cfg, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if params != lo.NumParams() || layers != len(lo.Adapted()) {
+				t.Errorf("%q r=%d: Size %d params on %d layers, New %d on %d", pattern, dim, params, layers, lo.NumParams(), len(lo.Adapted()))
+			}
+			if got, want := m.Dev.MemStats().Live-before, int64(2*params*kernels.F32.Size()); got != want {
+				t.Errorf("%q r=%d: New holds %d bytes, want %d (parameters and gradients)", pattern, dim, got, want)
+			}
+			before = m.Dev.MemStats().Live
+			if err := lo.Reserve(7); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := m.Dev.MemStats().Live-before, int64(ActsBytes(layers, dim, 7)); got != want {
+				t.Errorf("%q r=%d: Reserve(7) holds %d bytes, ActsBytes says %d", pattern, dim, got, want)
+			}
+		}
+	}
+	if _, _, err := Size(m.Config, Config{Dim: 4, ModuleName: "mlp.dense"}); err == nil || !strings.Contains(err.Error(), "matches no linear layer") {
+		t.Errorf("pattern matching nothing: %v", err)
+	}
+	if _, _, err := Size(m.Config, Config{}); err == nil {
+		t.Error("Size with dimension 0: no error")
+	}
+}

@@ -268,3 +268,22 @@ func (a *Acts) layer(l int) *layerActs {
 	}
 	return &a.layers[l]
 }
+
+// ReuseActsIn is ReuseActs for a slot that owns one set of buffers: *slot
+// (nil at first) is reused for shape s, or replaced by a new set (the old
+// one freed) when ReuseActs cannot reuse it; on an error the set is freed and
+// *slot cleared. It returns the new *slot.
+func (m *Model) ReuseActsIn(slot **Acts, s ActsShape) (*Acts, error) {
+	prev := *slot
+	a, err := m.ReuseActs(prev, s.B, s.T, s.Opts)
+	if err != nil {
+		prev.Free()
+		*slot = nil
+		return nil, err
+	}
+	if a != prev {
+		prev.Free()
+	}
+	*slot = a
+	return a, nil
+}

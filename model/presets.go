@@ -19,6 +19,8 @@ var presets = map[string]struct {
 	"opt-2.7b": {2560, 10240, 32, 32, 2560, true},
 	"opt-6.7b": {4096, 16384, 32, 32, 4096, true},
 	"opt-13b":  {5120, 20480, 40, 40, 5120, true},
+	"opt-30b":  {7168, 28672, 48, 56, 7168, true},
+	"opt-66b":  {9216, 36864, 64, 72, 9216, true},
 }
 
 // PresetNames lists the built-in architectures.

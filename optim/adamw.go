@@ -97,6 +97,16 @@ func NewAdamW(dev kernels.Device, groups []Group, cfg AdamWConfig) (*AdamW, erro
 	return o, nil
 }
 
+// StateBytes is what NewAdamW allocates for n parameters of type dt: the
+// two F32 moments, and the F32 master weights when dt is BF16.
+func StateBytes(n int, dt kernels.DType) (moments, master int) {
+	moments = 2 * n * kernels.F32.Size()
+	if dt != kernels.F32 {
+		master = n * kernels.F32.Size()
+	}
+	return moments, master
+}
+
 // Free releases the moments and master weights.
 func (o *AdamW) Free() {
 	for _, bs := range [][][]kernels.Buffer{o.m, o.v, o.master} {

@@ -117,3 +117,20 @@ func TestAdamWGroups(t *testing.T) {
 		t.Errorf("GradNorm = %v", n)
 	}
 }
+
+// TestStateBytes checks StateBytes against what NewAdamW allocates for F32
+// and BF16 parameters.
+func TestStateBytes(t *testing.T) {
+	for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+		dev, _ := cpu.New(cpu.Options{Threads: 1})
+		pb, gb := must(dev.Alloc(dt, 10)), must(dev.Alloc(kernels.F32, 10))
+		before := dev.MemStats().Live
+		if _, err := NewAdamW(dev, []Group{{Name: "a", Segments: []Segment{{"a", pb.Slice(0, 7), gb.Slice(0, 7)}, {"b", pb.Slice(7, 3), gb.Slice(7, 3)}}}}, DefaultAdamW); err != nil {
+			t.Fatal(err)
+		}
+		moments, master := StateBytes(10, dt)
+		if got := dev.MemStats().Live - before; got != int64(moments+master) {
+			t.Errorf("%v: NewAdamW holds %d bytes, StateBytes says %d + %d", dt, got, moments, master)
+		}
+	}
+}

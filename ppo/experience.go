@@ -180,7 +180,7 @@ func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
 
 // logProbs runs an evaluation forward of m and returns logp [B,S−1].
 func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32, b, s int) ([]float32, error) {
-	a, err := t.acts.get(site, m, b, s, model.ActsOptions{})
+	a, err := t.acts.get(site, m, b, s, t.opts.siteActs(site, false))
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32,
 // values runs an evaluation forward of a value model and returns its values
 // [B,S].
 func (t *Trainer) values(site int, m *model.Model, seq, attn []int32, b, s int) ([]float32, error) {
-	a, err := t.acts.get(site, m, b, s, model.ActsOptions{NoLogits: true})
+	a, err := t.acts.get(site, m, b, s, t.opts.siteActs(site, false))
 	if err != nil {
 		return nil, err
 	}

@@ -94,8 +94,7 @@ func (t *Trainer) TrainStep(bt *Batch, unsup *UnsupBatch) (StepStats, error) {
 
 	// Critic: forward, loss, backward.
 	c := t.m.Critic
-	ca, err := t.acts.get(siteCriticTrain, c, B, S, model.ActsOptions{Train: true, Dropout: t.opts.CriticDropout,
-		Checkpoint: t.opts.CriticCheckpointing, NoLogits: true})
+	ca, err := t.acts.get(siteCriticTrain, c, B, S, t.opts.siteActs(siteCriticTrain, false))
 	if err != nil {
 		return st, fmt.Errorf("ppo: critic activations: %w", err)
 	}
@@ -250,6 +249,60 @@ const (
 	numSites
 )
 
+// siteActs are the activation options of a pass; actorCheckpointing is the
+// engine's gradient checkpointing (TrainActsOptions adds it to the actor's
+// training pass).
+// The gradient-free passes of the experience keep no layer's activations
+// for a backward pass: Checkpoint makes one layer's buffers serve every
+// layer (the same computation, a fraction of the memory).
+func (o Options) siteActs(site int, actorCheckpointing bool) model.ActsOptions {
+	switch site {
+	case siteCriticValues:
+		return model.ActsOptions{Checkpoint: true, NoLogits: true}
+	case siteActorTrain:
+		return model.ActsOptions{Train: true, Dropout: o.ActorDropout, Checkpoint: actorCheckpointing}
+	case siteCriticTrain:
+		return model.ActsOptions{Train: true, Dropout: o.CriticDropout, Checkpoint: o.CriticCheckpointing, NoLogits: true}
+	}
+	return model.ActsOptions{Checkpoint: true} // the actor's and the reference's log-probs
+}
+
+// SiteActs is one set of activation buffers that a Trainer keeps between
+// steps: the model it belongs to ("actor", "reference" or "critic") and
+// its largest shape.
+type SiteActs struct {
+	Model string
+	model.ActsShape
+}
+
+// ActsPlan lists the activation buffers a Trainer keeps once its batches
+// have reached their largest shapes: generation batches of genBatch
+// prompts, training micro-batches of trainBatch rows, sequences of up to
+// seqLen tokens (prompt + answer), mixture-training blocks of unsupLen
+// tokens (0 without), with actorCheckpointing the engine's gradient
+// checkpointing. The trainer allocates exactly these (each pass reuses its
+// buffers, grown to the largest shape it has seen); a memory planner reads
+// them. The reward model's buffers (reward.ScoreActs) come and go with
+// each batch.
+func (o Options) ActsPlan(actorCheckpointing bool, genBatch, trainBatch, seqLen, unsupLen int) []SiteActs {
+	shape := func(site, b, t int) model.ActsShape {
+		return model.ActsShape{B: b, T: t, Opts: o.siteActs(site, actorCheckpointing)}
+	}
+	// A micro-batch has at most a generation batch's rows; a mixture
+	// batch has trainBatch blocks.
+	rows, actorRows, actorLen := min(trainBatch, genBatch), min(trainBatch, genBatch), seqLen
+	if unsupLen > 0 {
+		actorRows, actorLen = trainBatch, max(seqLen, unsupLen)
+	}
+	return []SiteActs{
+		{"actor", shape(siteActorLogp, genBatch, seqLen)},
+		{"reference", shape(siteRefLogp, genBatch, seqLen)},
+		{"critic", shape(siteCriticValues, genBatch, seqLen)},
+		{"actor", shape(siteActorTrain, actorRows, actorLen)},
+		{"critic", shape(siteCriticTrain, rows, seqLen)},
+	}
+}
+
 // trainActs returns the actor's training activations for [b,s] (the
 // engine's options: gradient checkpointing), reused between calls.
 func (t *Trainer) trainActs(site, b, s int) (*model.Acts, error) {
@@ -257,7 +310,7 @@ func (t *Trainer) trainActs(site, b, s int) (*model.Acts, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := t.m.Actor.TrainActsOptions(model.ActsOptions{Dropout: t.opts.ActorDropout})
+	opts, err := t.m.Actor.TrainActsOptions(t.opts.siteActs(siteActorTrain, false))
 	if err != nil {
 		return nil, err
 	}

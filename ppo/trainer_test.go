@@ -606,3 +606,52 @@ func TestScoreScalingInTrainer(t *testing.T) {
 		t.Error("score norm without score scaling validated")
 	}
 }
+
+// TestActsPlanMatchesTrainer checks that ActsPlan lists exactly the
+// activation buffers a Trainer holds after generation batches of 6 prompts
+// and micro-batches of 4 rows (with and without a mixture batch, with
+// gradient checkpointing and dropout in either model).
+func TestActsPlanMatchesTrainer(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		opts      Options
+		actorCkpt bool
+		unsupLen  int
+	}{
+		{"plain", Options{}, false, 0},
+		{"checkpointing", Options{CriticCheckpointing: true}, true, 0},
+		{"dropout and mixture", Options{ActorDropout: true, CriticDropout: true}, false, 16},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			eo := sampledOpts
+			eo.IgnoreEOS, eo.GradientCheckpointing = true, c.actorCkpt
+			r := newRig(t, testConfig(), c.opts, eo)
+			bt, err := r.trainer.GenerateExperience(testPrompts(3, 6, 5))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var unsup *UnsupBatch
+			if c.unsupLen > 0 {
+				unsup = &UnsupBatch{B: 4, T: c.unsupLen, IDs: make([]int32, 4*c.unsupLen)}
+			}
+			for lo := 0; lo < 6; lo += 4 {
+				if _, err := r.trainer.TrainStep(bt.Slice(lo, min(lo+4, 6)), unsup); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held := 0
+			for _, a := range r.trainer.acts.acts {
+				held += a.Bytes()
+			}
+			cfgs := map[string]*model.Model{"actor": r.actor, "reference": r.ref, "critic": r.critic}
+			planned := 0
+			for _, s := range c.opts.ActsPlan(c.actorCkpt, 6, 4, 5+8, c.unsupLen) {
+				m := cfgs[s.Model]
+				planned += s.Bytes(m.Config, m.HasValueHead())
+			}
+			if held != planned {
+				t.Errorf("trainer holds %d bytes of activations, ActsPlan says %d", held, planned)
+			}
+		})
+	}
+}

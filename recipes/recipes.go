@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -41,9 +42,79 @@ type Recipe struct {
 	Generator string `yaml:"generator"`
 	Actor     string `yaml:"actor"`
 	Reward    string `yaml:"reward"`
+	// Budget is the hardware the recipe is sized for.
+	Budget Budget `yaml:"budget"`
 	// Steps maps a step ("sft", "reward", "ppo") to flag values by flag
 	// name. Values are YAML scalars or lists, rendered as flag strings.
 	Steps map[string]map[string]any `yaml:"steps"`
+	// Later holds, per step, flags of the original scripts that gochat
+	// does not implement yet (ZeRO stages, offload, the hybrid engine's
+	// tensor parallelism, ...), recorded for the issue that will. `gochat
+	// train` applies those a step's command has (so a recipe starts
+	// honouring a flag the day it exists) and logs the others as not
+	// honoured yet; they never stop a run.
+	Later map[string]map[string]any `yaml:"later"`
+}
+
+// Budget is the hardware a recipe is sized for: GPUs (per node, with
+// their memory) on one or more nodes, or a CPU machine's memory.
+type Budget struct {
+	GPUs        int     `yaml:"gpus"`          // GPUs per node
+	GPUMemoryGB float64 `yaml:"gpu_memory_gb"` // memory of each GPU, GB
+	Nodes       int     `yaml:"nodes"`         // nodes (default 1)
+	CPUMemoryGB float64 `yaml:"cpu_memory_gb"` // a CPU-only machine's memory, GB
+}
+
+// IsCPU reports whether the budget is a CPU machine's.
+func (b Budget) IsCPU() bool { return b.GPUs == 0 }
+
+// Ranks is the number of processes the budget runs (one per GPU; one on
+// a CPU).
+func (b Budget) Ranks() int {
+	if b.IsCPU() {
+		return 1
+	}
+	return b.GPUs * max(b.Nodes, 1)
+}
+
+func (b Budget) String() string {
+	switch {
+	case b.IsCPU() && b.CPUMemoryGB > 0:
+		return fmt.Sprintf("CPU, %g GB", b.CPUMemoryGB)
+	case b.IsCPU():
+		return "CPU"
+	case max(b.Nodes, 1) > 1:
+		return fmt.Sprintf("%d nodes x %d GPUs x %g GB", b.Nodes, b.GPUs, b.GPUMemoryGB)
+	}
+	if b.GPUs == 1 {
+		return fmt.Sprintf("1 GPU x %g GB", b.GPUMemoryGB)
+	}
+	return fmt.Sprintf("%d GPUs x %g GB", b.GPUs, b.GPUMemoryGB)
+}
+
+// Hardware is what a machine offers, as recipe picking sees it.
+type Hardware struct {
+	GPUs        int     // GPUs per node (0: none)
+	GPUMemoryGB float64 // free memory of each GPU
+	Nodes       int
+	MemoryGB    float64 // available host memory
+}
+
+// Fits reports whether the budget's hardware is there.
+func (b Budget) Fits(hw Hardware) bool {
+	if b.IsCPU() {
+		return hw.GPUs == 0 && b.CPUMemoryGB <= hw.MemoryGB
+	}
+	return b.GPUs <= hw.GPUs && max(b.Nodes, 1) <= max(hw.Nodes, 1) && b.GPUMemoryGB <= hw.GPUMemoryGB
+}
+
+// Larger reports whether budget b is larger than c (more ranks, then more
+// memory per rank).
+func (b Budget) Larger(c Budget) bool {
+	if b.Ranks() != c.Ranks() {
+		return b.Ranks() > c.Ranks()
+	}
+	return b.GPUMemoryGB+b.CPUMemoryGB > c.GPUMemoryGB+c.CPUMemoryGB
 }
 
 // StepNames are the steps a recipe may configure.
@@ -88,19 +159,41 @@ func Parse(b []byte, source string) (*Recipe, error) {
 	}
 	r.Source = source
 	r.Name = strings.TrimSuffix(path.Base(strings.TrimPrefix(source, "builtin:")), ".yaml")
-	for step, flags := range r.Steps {
-		known := false
-		for _, s := range StepNames {
-			known = known || s == step
-		}
-		if !known {
-			return nil, fmt.Errorf("recipe %s: unknown step %q under steps (want %s)", source, step, strings.Join(StepNames, ", "))
-		}
-		for k, v := range flags {
-			if _, err := FlagValue(v); err != nil {
-				return nil, fmt.Errorf("recipe %s: steps.%s.%s: %w", source, step, k, err)
+	for _, sec := range []struct {
+		name  string
+		steps map[string]map[string]any
+	}{{"steps", r.Steps}, {"later", r.Later}} {
+		for step, flags := range sec.steps {
+			known := false
+			for _, s := range StepNames {
+				known = known || s == step
+			}
+			if !known {
+				return nil, fmt.Errorf("recipe %s: unknown step %q under %s (want %s)", source, step, sec.name, strings.Join(StepNames, ", "))
+			}
+			for k, v := range flags {
+				if _, err := FlagValue(v); err != nil {
+					return nil, fmt.Errorf("recipe %s: %s.%s.%s: %w", source, sec.name, step, k, err)
+				}
 			}
 		}
+	}
+	for step, flags := range r.Later {
+		for k := range flags {
+			if _, dup := r.Steps[step][k]; dup {
+				return nil, fmt.Errorf("recipe %s: later.%s.%s is also under steps.%s", source, step, k, step)
+			}
+		}
+	}
+	switch b := r.Budget; {
+	case b.GPUs < 0 || b.Nodes < 0 || b.GPUMemoryGB < 0 || b.CPUMemoryGB < 0 || math.IsNaN(b.GPUMemoryGB) || math.IsNaN(b.CPUMemoryGB):
+		return nil, fmt.Errorf("recipe %s: budget: negative or NaN values", source)
+	case b.GPUs > 0 && b.GPUMemoryGB == 0:
+		return nil, fmt.Errorf("recipe %s: budget: gpus without gpu_memory_gb", source)
+	case b.GPUs > 0 && b.CPUMemoryGB > 0:
+		return nil, fmt.Errorf("recipe %s: budget: gpus or cpu_memory_gb, not both", source)
+	case b.GPUs == 0 && (b.GPUMemoryGB > 0 || b.Nodes > 1):
+		return nil, fmt.Errorf("recipe %s: budget: gpu_memory_gb and nodes need gpus", source)
 	}
 	return &r, nil
 }
@@ -135,19 +228,39 @@ type FlagSetter interface {
 }
 
 // Apply sets the recipe's flags for step on fs, skipping flags the user set
-// on the command line. An unknown flag is an error naming the recipe.
-func (r *Recipe) Apply(step string, fs FlagSetter, exists func(name string) bool) error {
+// on the command line. An unknown flag under steps is an error naming the
+// recipe; flags under later are applied when the command has them and
+// returned (as "--name value") when it does not.
+func (r *Recipe) Apply(step string, fs FlagSetter, exists func(name string) bool) (notHonoured []string, err error) {
 	for _, k := range sortedKeys(r.Steps[step]) {
 		if !exists(k) {
-			return fmt.Errorf("recipe %s: steps.%s.%s: no such flag of gochat %s", r.Source, step, k, step)
+			return nil, fmt.Errorf("recipe %s: steps.%s.%s: no such flag of gochat %s", r.Source, step, k, step)
 		}
-		if fs.Changed(k) {
+		if err := r.set(fs, "steps", step, k, r.Steps[step][k]); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range sortedKeys(r.Later[step]) {
+		v, _ := FlagValue(r.Later[step][k])
+		if !exists(k) {
+			notHonoured = append(notHonoured, "--"+k+" "+v)
 			continue
 		}
-		v, _ := FlagValue(r.Steps[step][k])
-		if err := fs.Set(k, v); err != nil {
-			return fmt.Errorf("recipe %s: steps.%s.%s: %w", r.Source, step, k, err)
+		if err := r.set(fs, "later", step, k, r.Later[step][k]); err != nil {
+			return nil, err
 		}
+	}
+	return notHonoured, nil
+}
+
+// set sets one flag unless the command line did.
+func (r *Recipe) set(fs FlagSetter, section, step, k string, value any) error {
+	if fs.Changed(k) {
+		return nil
+	}
+	v, _ := FlagValue(value)
+	if err := fs.Set(k, v); err != nil {
+		return fmt.Errorf("recipe %s: %s.%s.%s: %w", r.Source, section, step, k, err)
 	}
 	return nil
 }

@@ -76,6 +76,14 @@ func Texts(tok Tokenizer, promptIDs, answerIDs []int32, eos int32) (prompt, answ
 	return prompt, answer, nil
 }
 
+// ScoreActs are the activation buffers Score holds while it scores a batch
+// of b sequences of up to t tokens (freed before it returns): no logits,
+// and one layer's buffers for every layer (Checkpoint: there is no
+// backward pass).
+func ScoreActs(b, t int) model.ActsShape {
+	return model.ActsShape{B: b, T: t, Opts: model.ActsOptions{Checkpoint: true, NoLogits: true}}
+}
+
 // Score returns the reward model's score of each token sequence: the value
 // head's output at the sequence's last token, as the pairwise loss scores
 // pairs (REFERENCE.md §4). Sequences are scored in batches of at most
@@ -113,7 +121,8 @@ func Score(m *model.Model, seqs [][]int32, batch int) ([]float32, error) {
 				}
 			}
 		}
-		a, err := m.NewActs(B, T, model.ActsOptions{NoLogits: true})
+		sh := ScoreActs(B, T)
+		a, err := m.NewActs(sh.B, sh.T, sh.Opts)
 		if err != nil {
 			return nil, err
 		}

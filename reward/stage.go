@@ -10,15 +10,15 @@ import (
 
 // Stage trains a reward model (a model with a value head) on pairs.
 type Stage struct {
-	m          *model.Model
-	trainSet   *data.Set
-	evalSet    *data.Set
-	col        data.Collator
-	evalBatch  int
-	dropout    bool
-	checkpoint bool
-	acts       map[int]*model.Acts
-	evalActs   map[int]*model.Acts
+	m        *model.Model
+	trainSet *data.Set
+	evalSet  *data.Set
+	col      data.Collator
+	opts     Options
+	// acts and evalActs are the one set of activation buffers of each kind,
+	// sized for the largest batch so far (model.ReuseActs): a short last
+	// batch uses a prefix of them instead of a set of its own.
+	acts, evalActs *model.Acts
 }
 
 // Options configure the stage.
@@ -41,9 +41,19 @@ func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error)
 	if o.EvalBatch <= 0 {
 		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)
 	}
-	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, col: data.Collator{T: o.MaxSeqLen, PAD: o.PAD},
-		evalBatch: o.EvalBatch, dropout: o.Dropout, checkpoint: o.Checkpoint,
-		acts: map[int]*model.Acts{}, evalActs: map[int]*model.Acts{}}, nil
+	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, col: data.Collator{T: o.MaxSeqLen, PAD: o.PAD}, opts: o}, nil
+}
+
+// Acts are the activation buffers the stage keeps when its micro-batches
+// have up to batch pairs: one set for training and one for evaluation
+// (batches of up to EvalBatch pairs), both [2·pairs, MaxSeqLen] (chosen and
+// rejected run as one batch) without logits; evaluation keeps one layer's
+// buffers for every layer (Checkpoint: it has no backward pass). The stage
+// allocates exactly these (a memory planner reads them).
+func (o Options) Acts(batch int) (train, eval model.ActsShape) {
+	return model.ActsShape{B: 2 * batch, T: o.MaxSeqLen, Opts: model.ActsOptions{Train: true, Dropout: o.Dropout,
+			Checkpoint: o.Checkpoint, NoLogits: true}},
+		model.ActsShape{B: 2 * o.EvalBatch, T: o.MaxSeqLen, Opts: model.ActsOptions{Checkpoint: true, NoLogits: true}}
 }
 
 // pairs runs the model over chosen and rejected sequences as one batch of
@@ -72,18 +82,14 @@ func (s *Stage) pairs(exs []data.Example, a *model.Acts, seed uint64) (PairResul
 	return res, tokens, err
 }
 
-func (s *Stage) actsFor(cache map[int]*model.Acts, b int, train bool) (*model.Acts, error) {
-	a, ok := cache[b]
-	if !ok {
-		var err error
-		a, err = s.m.NewActs(2*b, s.col.T, model.ActsOptions{Train: train, Dropout: train && s.dropout,
-			Checkpoint: train && s.checkpoint, NoLogits: true})
-		if err != nil {
-			return nil, err
-		}
-		cache[b] = a
+// actsFor returns the training or evaluation activations for b pairs.
+func (s *Stage) actsFor(b int, train bool) (*model.Acts, error) {
+	tr, ev := s.opts.Acts(b)
+	if train {
+		return s.m.ReuseActsIn(&s.acts, tr)
 	}
-	return a, nil
+	ev.B = 2 * b
+	return s.m.ReuseActsIn(&s.evalActs, ev)
 }
 
 // TrainBatch implements train.Stage.
@@ -92,7 +98,7 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 	for i, j := range idx {
 		exs[i] = s.trainSet.Examples[j]
 	}
-	a, err := s.actsFor(s.acts, len(exs), true)
+	a, err := s.actsFor(len(exs), true)
 	if err != nil {
 		return train.BatchStats{}, err
 	}
@@ -119,9 +125,9 @@ func (s *Stage) Evaluate() (map[string]float64, error) {
 	exs := s.evalSet.Examples
 	var loss, chosen, rejected float64
 	correct := 0
-	for lo := 0; lo < len(exs); lo += s.evalBatch {
-		chunk := exs[lo:min(lo+s.evalBatch, len(exs))]
-		a, err := s.actsFor(s.evalActs, len(chunk), false)
+	for lo := 0; lo < len(exs); lo += s.opts.EvalBatch {
+		chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
+		a, err := s.actsFor(len(chunk), false)
 		if err != nil {
 			return nil, err
 		}

@@ -13,15 +13,15 @@ import (
 
 // Stage trains a model on SFT examples with the next-token loss.
 type Stage struct {
-	m          *model.Model
-	trainSet   *data.Set
-	evalSet    *data.Set
-	col        data.Collator
-	evalBatch  int
-	dropout    bool
-	checkpoint bool
-	acts       map[int]*model.Acts // by batch size
-	evalActs   map[int]*model.Acts
+	m        *model.Model
+	trainSet *data.Set
+	evalSet  *data.Set
+	col      data.Collator
+	opts     Options
+	// acts and evalActs are the one set of activation buffers of each kind,
+	// sized for the largest batch so far (model.ReuseActs): a short last
+	// batch uses a prefix of them instead of a set of its own.
+	acts, evalActs *model.Acts
 }
 
 // Options configure the stage.
@@ -42,10 +42,18 @@ func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error)
 	if o.EvalBatch <= 0 {
 		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)
 	}
-	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, evalBatch: o.EvalBatch,
-		col:     data.Collator{T: o.MaxSeqLen, PAD: o.PAD, ResponseOnly: o.ResponseOnly},
-		dropout: o.Dropout, checkpoint: o.Checkpoint,
-		acts: map[int]*model.Acts{}, evalActs: map[int]*model.Acts{}}, nil
+	return &Stage{m: m, trainSet: trainSet, evalSet: evalSet, opts: o,
+		col: data.Collator{T: o.MaxSeqLen, PAD: o.PAD, ResponseOnly: o.ResponseOnly}}, nil
+}
+
+// Acts are the activation buffers the stage keeps when its micro-batches
+// have up to batch examples: one set for training and one for evaluation
+// (batches of up to EvalBatch), both [rows, MaxSeqLen]; evaluation keeps
+// one layer's buffers for every layer (Checkpoint: it has no backward
+// pass). The stage allocates exactly these (a memory planner reads them).
+func (o Options) Acts(batch int) (train, eval model.ActsShape) {
+	return model.ActsShape{B: batch, T: o.MaxSeqLen, Opts: model.ActsOptions{Train: true, Dropout: o.Dropout, Checkpoint: o.Checkpoint}},
+		model.ActsShape{B: o.EvalBatch, T: o.MaxSeqLen, Opts: model.ActsOptions{Checkpoint: true}}
 }
 
 func pick(s *data.Set, idx []int) []data.Example {
@@ -75,12 +83,10 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 	if err != nil {
 		return train.BatchStats{}, err
 	}
-	a, ok := s.acts[len(idx)]
-	if !ok {
-		if a, err = s.m.NewActs(len(idx), s.col.T, model.ActsOptions{Train: true, Dropout: s.dropout, Checkpoint: s.checkpoint}); err != nil {
-			return train.BatchStats{}, err
-		}
-		s.acts[len(idx)] = a
+	shape, _ := s.opts.Acts(len(idx))
+	a, err := s.m.ReuseActsIn(&s.acts, shape)
+	if err != nil {
+		return train.BatchStats{}, err
 	}
 	if err := s.m.Forward(a, mb); err != nil {
 		return train.BatchStats{}, err
@@ -104,18 +110,17 @@ func (s *Stage) Evaluate() (map[string]float64, error) {
 	var sum float64
 	count := 0
 	exs := s.evalSet.Examples
-	for lo := 0; lo < len(exs); lo += s.evalBatch {
-		chunk := exs[lo:min(lo+s.evalBatch, len(exs))]
+	for lo := 0; lo < len(exs); lo += s.opts.EvalBatch {
+		chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
 		mb, _, err := s.batch(chunk, 0)
 		if err != nil {
 			return nil, err
 		}
-		a, ok := s.evalActs[len(chunk)]
-		if !ok {
-			if a, err = s.m.NewActs(len(chunk), s.col.T, model.ActsOptions{}); err != nil {
-				return nil, err
-			}
-			s.evalActs[len(chunk)] = a
+		_, shape := s.opts.Acts(0)
+		shape.B = len(chunk)
+		a, err := s.m.ReuseActsIn(&s.evalActs, shape)
+		if err != nil {
+			return nil, err
 		}
 		if err := s.m.Forward(a, mb); err != nil {
 			return nil, err

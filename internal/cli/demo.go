@@ -65,6 +65,11 @@ func (d *demoGenerator) Check(prompt, answer string) (right, ok bool) {
 	return ok && q.Correct(answer), ok
 }
 
+// Config is the demo model's architecture.
+func (d *demoGenerator) Config() (*model.Config, error) {
+	return model.ParseConfig([]byte(demo.ModelConfig))
+}
+
 // Report writes report.json and report.html.
 func (d *demoGenerator) Report(g *Globals, out string, seconds map[int]float64) error {
 	return demoReport(g, out, d.task, seconds)

@@ -22,19 +22,37 @@ type nativeBF16 interface{ NativeBF16() bool }
 // "auto" (or "") picks bf16 where dev computes it natively, else fp32.
 // The choice is logged, with why.
 func resolveDType(g *Globals, name string, dev kernels.Device) (kernels.DType, error) {
+	dt, err := pickDType(name, dev)
+	if err != nil {
+		return 0, err
+	}
+	why := "asked for"
+	switch {
+	case name != "" && name != "auto":
+	case dt == kernels.BF16:
+		why = "auto: the device computes bf16 natively; --dtype fp32 to change"
+	default:
+		why = "auto: the device has no native bf16; --dtype bf16 to force it"
+	}
+	if dt == kernels.BF16 {
+		g.Log.Info().Str("dtype", "bf16").Str("device", dev.Name()).Msgf("precision: bf16 mixed precision (%s)", why)
+	} else {
+		g.Log.Info().Str("dtype", "fp32").Str("device", dev.Name()).Msgf("precision: fp32 (%s)", why)
+	}
+	return dt, nil
+}
+
+// pickDType is resolveDType without the log line.
+func pickDType(name string, dev kernels.Device) (kernels.DType, error) {
 	switch name {
 	case "fp32", "float32":
-		g.Log.Info().Str("dtype", "fp32").Str("device", dev.Name()).Msg("precision: fp32 (asked for)")
 		return kernels.F32, nil
 	case "bf16", "bfloat16":
-		g.Log.Info().Str("dtype", "bf16").Str("device", dev.Name()).Msg("precision: bf16 mixed precision (asked for)")
 		return kernels.BF16, nil
 	case "", "auto":
 		if n, ok := dev.(nativeBF16); ok && n.NativeBF16() {
-			g.Log.Info().Str("dtype", "bf16").Str("device", dev.Name()).Msg("precision: bf16 mixed precision (auto: the device computes bf16 natively; --dtype fp32 to change)")
 			return kernels.BF16, nil
 		}
-		g.Log.Info().Str("dtype", "fp32").Str("device", dev.Name()).Msg("precision: fp32 (auto: the device has no native bf16; --dtype bf16 to force it)")
 		return kernels.F32, nil
 	}
 	return 0, usageErrorf("--dtype %q: want bf16, fp32 or auto", name)

@@ -66,6 +66,7 @@ type PPOOptions struct {
 	Resume            bool   `json:"-"`
 	SaveInterval      int    `json:"-"`
 	DataCache         string `json:"-"`
+	SkipPreflight     bool   `json:"-"`
 	EndText           string
 	UnsupData         string
 	UnsupColumn       string
@@ -100,12 +101,13 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 --resume continue a killed run to bit-identical results.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			estimate := forEstimate(cmd)
 			switch {
 			case o.Actor == "" || o.Critic == "":
 				return usageErrorf("--actor and --critic are required")
-			case len(o.Data) == 0:
+			case len(o.Data) == 0 && !estimate:
 				return usageErrorf("--data is empty")
-			case o.OutputDir == "":
+			case o.OutputDir == "" && !estimate:
 				return usageErrorf("--output-dir is required")
 			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
 				return usageErrorf("--only-optimize-lora needs --actor-lora-dim or --critic-lora-dim")
@@ -213,6 +215,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	f.StringVar(&o.UnsupColumn, "unsupervised-dataset-column", "", "text column of --unsupervised-dataset (default: \"text\" or its only string column)")
 	f.Float64Var(&o.Config.UnsupCoef, "unsup-coef", o.Config.UnsupCoef, "weight of the unsupervised LM loss (with --unsupervised-dataset)")
 	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (\"off\" disables)")
+	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp)
 	f.StringVar(&o.EndText, "reward-end-text", data.DefaultEndText, "text appended to answers before the reward model scores them, as in step 2 (\"\" for none)")
 	return cmd
 }
@@ -231,6 +234,9 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		if _, err := os.Stat(filepath.Join(o.OutputDir, "actor", "config.json")); err == nil {
 			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
 		}
+	}
+	if err := o.preflight(); err != nil {
+		return err
 	}
 	var err error
 	if err := o.resolveModels(); err != nil {
@@ -342,6 +348,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		Float64("generation_seconds", tm.GenerationSeconds).Float64("experience_seconds", tm.ExperienceSeconds).
 		Float64("training_seconds", tm.TrainingSeconds).Float64("generation_tokens_per_sec", tm.GenerationTokensPerSec).
 		Float64("training_tokens_per_sec", tm.TrainingTokensPerSec).Str("output", o.OutputDir).Msg("done")
+	logMemory(o.g, dev, stepName(3))
 	return nil
 }
 

@@ -16,12 +16,13 @@ func newRecipesCmd(g *Globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			w := tabwriter.NewWriter(g.Out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tBUDGET\tDESCRIPTION")
 			for _, n := range recipes.Names() {
 				r, err := recipes.Load(n)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "%s\t%s\n", n, r.Description)
+				fmt.Fprintf(w, "%s\t%s\t%s\n", n, r.Budget, r.Description)
 			}
 			return w.Flush()
 		},

@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/gochat-ai/gochat/plan"
 )
 
 // Exit codes.
@@ -47,16 +49,24 @@ type Globals struct {
 	Threads  int
 	CPUProf  string
 	Log      zerolog.Logger
+	// Memory reports what the machine offers the memory pre-flight (nil:
+	// plan.Available on the root file system; tests fake it).
+	Memory   func() (plan.Memory, error)
 	stopProf func()
 }
 
 // Main runs gochat with args and returns the process exit code.
 func Main(args []string, in io.Reader, out, errw io.Writer) int {
-	g := &Globals{In: in, Out: out, Err: errw}
+	return execute(&Globals{In: in, Out: out, Err: errw}, args)
+}
+
+// execute runs gochat with args on g's streams (and g.Memory, for tests).
+func execute(g *Globals, args []string) int {
+	in, errw := g.In, g.Err
 	root := newRootCmd(g)
 	root.SetArgs(args)
 	root.SetIn(in)
-	root.SetOut(out)
+	root.SetOut(g.Out)
 	root.SetErr(errw)
 	err := root.Execute()
 	if err == nil {
@@ -144,6 +154,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newPPOCmd(g, nil),
 		newTrainCmd(g, nil),
 		newPlotCmd(g, nil),
+		newEstimateCmd(g),
 	)
 	return root
 }

@@ -67,6 +67,7 @@ type StageOptions struct {
 	DataCache     string   `json:"-"`
 	SkipMalformed bool     `json:"skip_malformed"`
 	Adapter       string   `json:"adapter,omitempty"`
+	SkipPreflight bool     `json:"-"`
 	Columns       data.ColumnMap
 	Revision      string `json:"revision,omitempty"`
 	DataRevision  string `json:"data_revision,omitempty"`
@@ -95,7 +96,7 @@ to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.`,
 			if opts.LossOn != "response" && opts.LossOn != "all" {
 				return usageErrorf("--loss-on %q: want response or all", opts.LossOn)
 			}
-			return opts.check(cmd.Flags(), runF)
+			return opts.check(cmd, runF)
 		},
 	}
 	opts.bind(cmd, 9.65e-6, 0)
@@ -115,7 +116,7 @@ score > rejected score) and the mean chosen and rejected scores. The output is
 a Hugging Face directory with v_head.weight beside the decoder weights, plus
 metrics, plots and checkpoint/ as for sft.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return opts.check(cmd.Flags(), runF) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return opts.check(cmd, runF) },
 	}
 	opts.bind(cmd, 5e-5, 0.1)
 	return cmd
@@ -161,9 +162,11 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.StringVar(&o.Columns.Prompt, "prompt-column", "prompt", "prompt column of generic Parquet/JSON/JSONL files")
 	f.StringVar(&o.Columns.Chosen, "chosen-column", "chosen", "chosen-response column of generic files")
 	f.StringVar(&o.Columns.Rejected, "rejected-column", "rejected", "rejected-response column of generic files")
+	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp)
 }
 
-func (o *StageOptions) check(fs *pflag.FlagSet, runF func(*StageOptions) error) error {
+func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error) error {
+	fs, estimate := cmd.Flags(), forEstimate(cmd)
 	if err := flagsBelow(fs, flagMin{"max-seq-len", 2}, flagMin{"per-device-train-batch-size", 1},
 		flagMin{"per-device-eval-batch-size", 1}, flagMin{"num-warmup-steps", 0}, flagMin{"save-interval", 0},
 		flagMin{"eval-interval", 0}); err != nil {
@@ -172,9 +175,9 @@ func (o *StageOptions) check(fs *pflag.FlagSet, runF func(*StageOptions) error) 
 	switch {
 	case o.Model == "":
 		return usageErrorf("--model is required")
-	case len(o.Data) == 0:
+	case len(o.Data) == 0 && !estimate:
 		return usageErrorf("--data is empty")
-	case o.OutputDir == "":
+	case o.OutputDir == "" && !estimate:
 		return usageErrorf("--output-dir is required")
 	case o.LoRADim < 0:
 		return usageErrorf("--lora-dim must be >= 0")
@@ -282,6 +285,9 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 func runStage(ctx context.Context, o *StageOptions) error {
 	log := o.g.Log
 	start := time.Now()
+	if err := o.preflight(); err != nil {
+		return err
+	}
 	var err error
 	if o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision); err != nil {
 		return err
@@ -373,6 +379,7 @@ func runStage(ctx context.Context, o *StageOptions) error {
 		ev = ev.Float64(k, v)
 	}
 	ev.Str("output", o.OutputDir).Msg("done")
+	logMemory(o.g, dev, stepName(o.Step))
 	return nil
 }
 

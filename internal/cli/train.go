@@ -10,33 +10,45 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/recipes"
 )
 
 // TrainOptions are the options of `gochat train`.
 type TrainOptions struct {
-	g         *Globals
-	Actor     string
-	Reward    string
-	Data      []string
-	Recipe    string
-	OutputDir string
-	Steps     []int
-	Force     bool
-	Seed      uint64
-	DType     string
+	g             *Globals
+	Actor         string
+	Reward        string
+	Data          []string
+	Recipe        string
+	OutputDir     string
+	Steps         []int
+	Force         bool
+	Seed          uint64
+	DType         string
+	SkipPreflight bool
 	// Revision and DataRevision are passed to every step.
 	Revision, DataRevision string
 	recipe                 *recipes.Recipe
+	// gen is the recipe's generator and genDir its folder (setup).
+	gen    generator
+	genDir string
+	ready  bool // setup has run
+	// perGPU makes the memory plan per GPU of a GPU recipe's budget under
+	// its ZeRO settings (gochat estimate train --per-gpu).
+	perGPU bool
 }
 
 // completeFile marks a finished step's output directory.
 const completeFile = ".complete"
 
+// noRecipe is the --recipe value that runs the commands' own defaults.
+const noRecipe = "none"
+
 func newTrainCmd(g *Globals, runF func(*TrainOptions) error) *cobra.Command {
 	o := &TrainOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "train --actor MODEL --reward MODEL [--data NAME|PATH...] --output-dir DIR [--recipe NAME|FILE]",
+		Use:   "train --actor MODEL --reward MODEL [--data NAME|PATH...] --output-dir DIR [--recipe NAME|FILE|none]",
 		Short: "Run steps 1 (SFT) -> 2 (reward model) -> 3 (PPO) into one output directory",
 		Long: `Run the three RLHF steps: step 1 fine-tunes --actor into OUTPUT/actor, step 2
 trains a reward model from --reward into OUTPUT/reward, step 3 runs PPO from
@@ -46,23 +58,35 @@ loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
 --actor, --reward and --data given here override the recipe's. Models are
 directories, Hub ids (facebook/opt-1.3b) or DeepSpeed-Chat's short forms
 (1.3b, 350m); a Hub id is read from the Hugging Face cache and downloaded
-into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.`,
+into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.
+Without --recipe, the built-in recipe for the actor's and reward model's sizes
+that fits this machine is picked (and logged); --recipe none runs the
+commands' defaults. Before step 1 the memory planner checks every step to run
+(gochat estimate train shows its tables); a step that would not fit is refused
+with the changes that would, unless --skip-preflight.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Recipe != "" {
+			switch {
+			case o.Recipe == "" && o.Actor != "" && o.Reward != "":
+				if err := o.pickRecipe(); err != nil {
+					return err
+				}
+			case o.Recipe != "" && o.Recipe != noRecipe:
 				r, err := recipes.Load(o.Recipe)
 				if err != nil {
 					return usageError{err}
 				}
 				o.recipe = r
+			}
+			if o.recipe != nil {
 				if o.Actor == "" {
-					o.Actor = r.Actor
+					o.Actor = o.recipe.Actor
 				}
 				if o.Reward == "" {
-					o.Reward = r.Reward
+					o.Reward = o.recipe.Reward
 				}
 			}
-			if o.Actor == "" || o.Reward == "" || o.OutputDir == "" {
+			if o.Actor == "" || o.Reward == "" || (o.OutputDir == "" && !forEstimate(cmd)) {
 				return usageErrorf("--actor, --reward (or a --recipe naming them) and --output-dir are required")
 			}
 			for _, s := range o.Steps {
@@ -82,11 +106,12 @@ into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.`,
 	f.StringVar(&o.Revision, "revision", "", "Hub revision (branch, tag or commit) of the models named by Hub id (default main)")
 	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's; default Dahoas/rm-static)")
 	f.StringVar(&o.DataRevision, "data-revision", "", "Hub revision of the --data datasets named by Hub id (default main)")
-	f.StringVar(&o.Recipe, "recipe", "", "a built-in recipe name or a YAML file")
+	f.StringVar(&o.Recipe, "recipe", "", "a built-in recipe name or a YAML file (default: picked for the models and the machine; none: no recipe)")
 	f.StringVar(&o.OutputDir, "output-dir", "", "receives actor/, reward/ and ppo/")
 	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
 	f.BoolVar(&o.Force, "force", false, "rerun steps whose output is complete")
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of every step")
+	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp+" (passed to every step)")
 	bindDType(f, &o.DType)
 	return cmd
 }
@@ -100,46 +125,92 @@ type stepRun struct {
 	args []string
 }
 
-func runTrain(o *TrainOptions) error {
-	log := o.g.Log
-	start := time.Now()
-	// A recipe's generator (the demo's) makes its data and starting models
-	// first; the recipe refers to its folder as {NAME} and to the output
-	// directory as {output}.
-	var gen generator
-	vars := map[string]string{"output": o.OutputDir}
+// stepOpts receives the options a step's command parsed.
+type stepOpts struct {
+	stage *StageOptions // steps 1 and 2
+	ppo   *PPOOptions   // step 3
+}
+
+// outDir is the output directory, or a placeholder for `gochat estimate
+// train` without one.
+func (o *TrainOptions) outDir() string {
+	if o.OutputDir == "" {
+		return "<output-dir>"
+	}
+	return o.OutputDir
+}
+
+// stepDir is step n's output directory.
+func (o *TrainOptions) stepDir(n int) string {
+	return filepath.Join(o.outDir(), [...]string{"", "actor", "reward", "ppo"}[n])
+}
+
+// newStep returns step n's command with its arguments; parsing them (see
+// prepare) fills the returned stepOpts.
+func (o *TrainOptions) newStep(n int) (stepRun, *stepOpts) {
+	so := &stepOpts{}
+	setStage := func(s *StageOptions) error { so.stage = s; return nil }
+	switch n {
+	case 1:
+		return stepRun{n: 1, name: "sft", dir: o.stepDir(1), cmd: newSFTCmd(o.g, setStage),
+			args: o.stepArgs("sft", "--model", o.Actor, "--output-dir", o.stepDir(1))}, so
+	case 2:
+		return stepRun{n: 2, name: "reward", dir: o.stepDir(2), cmd: newRewardCmd(o.g, setStage),
+			args: o.stepArgs("reward", "--model", o.Reward, "--output-dir", o.stepDir(2))}, so
+	}
+	return stepRun{n: 3, name: "ppo", dir: o.stepDir(3), cmd: newPPOCmd(o.g, func(p *PPOOptions) error { so.ppo = p; return nil }),
+		args: o.stepArgs("ppo", "--actor", o.stepDir(1), "--critic", o.stepDir(2), "--output-dir", o.stepDir(3))}, so
+}
+
+// setup expands the recipe's {output} and {GENERATOR} variables; with
+// prepare it first runs the recipe's generator (the demo's data and
+// from-scratch models), which `gochat estimate train` does not.
+func (o *TrainOptions) setup(prepare bool) error {
+	if o.ready {
+		return nil
+	}
+	o.ready = true
+	vars := map[string]string{"output": o.outDir()}
 	if o.recipe != nil && o.recipe.Generator != "" {
 		var err error
 		name := o.recipe.Generator
-		if gen, err = newGenerator(name); err != nil {
+		if o.gen, err = newGenerator(name); err != nil {
 			return usageErrorf("recipe %s: %v", o.recipe.Source, err)
 		}
-		vars[name] = filepath.Join(o.OutputDir, name)
-		if err := gen.Prepare(o.g, vars[name], o.Seed); err != nil {
-			return fmt.Errorf("recipe %s: generator %s: %w", o.recipe.Source, name, err)
+		o.genDir = filepath.Join(o.outDir(), name)
+		vars[name] = o.genDir
+		if prepare {
+			if err := o.gen.Prepare(o.g, o.genDir, o.Seed); err != nil {
+				return fmt.Errorf("recipe %s: generator %s: %w", o.recipe.Source, name, err)
+			}
 		}
 	}
 	if o.recipe != nil {
 		o.recipe.Expand(vars)
 	}
 	o.Actor, o.Reward = recipes.ExpandString(o.Actor, vars), recipes.ExpandString(o.Reward, vars)
-	actorDir, rewardDir, ppoDir := filepath.Join(o.OutputDir, "actor"), filepath.Join(o.OutputDir, "reward"), filepath.Join(o.OutputDir, "ppo")
-	var sftOpts, rwOpts *StageOptions
-	var ppoOpts *PPOOptions
-	steps := []stepRun{
-		{n: 1, name: "sft", dir: actorDir, cmd: newSFTCmd(o.g, func(s *StageOptions) error { sftOpts = s; return nil }),
-			args: o.stepArgs("sft", "--model", o.Actor, "--output-dir", actorDir)},
-		{n: 2, name: "reward", dir: rewardDir, cmd: newRewardCmd(o.g, func(s *StageOptions) error { rwOpts = s; return nil }),
-			args: o.stepArgs("reward", "--model", o.Reward, "--output-dir", rewardDir)},
-		{n: 3, name: "ppo", dir: ppoDir, cmd: newPPOCmd(o.g, func(p *PPOOptions) error { ppoOpts = p; return nil }),
-			args: o.stepArgs("ppo", "--actor", actorDir, "--critic", rewardDir, "--output-dir", ppoDir)},
+	return nil
+}
+
+func runTrain(o *TrainOptions) error {
+	log := o.g.Log
+	start := time.Now()
+	// A recipe's generator (the demo's) makes its data and starting models
+	// first; the recipe refers to its folder as {NAME} and to the output
+	// directory as {output}.
+	if err := o.setup(true); err != nil {
+		return err
+	}
+	if err := o.preflight(); err != nil {
+		return err
 	}
 	times := map[int]time.Duration{}
-	for _, st := range steps {
-		if !contains(o.Steps, st.n) {
+	for _, n := range []int{1, 2, 3} {
+		if !contains(o.Steps, n) {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(st.dir, completeFile)); err == nil && !o.Force {
+		st, so := o.newStep(n)
+		if o.complete(n) {
 			log.Info().Int("step", st.n).Str("output", st.dir).Msg("complete, skipped (--force reruns it)")
 			continue
 		}
@@ -150,21 +221,19 @@ func runTrain(o *TrainOptions) error {
 		} else {
 			args = append(args, "--overwrite")
 		}
-		if err := o.prepare(st, args); err != nil {
+		if err := o.prepare(st, args, true); err != nil {
 			return err
 		}
 		t0 := time.Now()
 		var err error
 		switch st.n {
-		case 1:
-			err = runStage(o.ctx(), sftOpts)
-		case 2:
-			err = runStage(o.ctx(), rwOpts)
+		case 1, 2:
+			err = runStage(o.ctx(), so.stage)
 		case 3:
-			if gen != nil {
-				ppoOpts.check = gen.Check
+			if o.gen != nil {
+				so.ppo.check = o.gen.Check
 			}
-			err = runPPO(o.ctx(), ppoOpts)
+			err = runPPO(o.ctx(), so.ppo)
 		}
 		if err != nil {
 			return fmt.Errorf("step %d (%s): %w%s", st.n, st.name, err, hint(err))
@@ -175,14 +244,15 @@ func runTrain(o *TrainOptions) error {
 		}
 		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
 	}
-	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); gen != nil && err != nil {
+	ppoDir := o.stepDir(3)
+	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); o.gen != nil && err != nil {
 		log.Info().Msg("report skipped: step 3 has not run")
-	} else if gen != nil {
+	} else if o.gen != nil {
 		secs := map[int]float64{}
 		for n, d := range times {
 			secs[n] = d.Seconds()
 		}
-		if err := gen.Report(o.g, o.OutputDir, secs); err != nil {
+		if err := o.gen.Report(o.g, o.OutputDir, secs); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
@@ -192,6 +262,13 @@ func runTrain(o *TrainOptions) error {
 	}
 	ev.Str("output", o.OutputDir).Msg("train done")
 	return nil
+}
+
+// complete reports whether step n's output is complete (and not to be
+// rerun).
+func (o *TrainOptions) complete(n int) bool {
+	_, err := os.Stat(filepath.Join(o.stepDir(n), completeFile))
+	return err == nil && !o.Force
 }
 
 // stepArgs are a step's arguments: the given flag/value pairs, except
@@ -206,6 +283,9 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 		args = append(args, pairs[i], pairs[i+1])
 	}
 	args = append(args, "--seed", fmt.Sprint(o.Seed))
+	if o.SkipPreflight {
+		args = append(args, "--skip-preflight")
+	}
 	if o.DType != "auto" || o.recipe == nil || !o.recipe.Sets(step, "dtype") {
 		args = append(args, "--dtype", o.DType)
 	}
@@ -231,6 +311,9 @@ type generator interface {
 	Check(prompt, answer string) (right, ok bool)
 	// Report writes the run's report into out.
 	Report(g *Globals, out string, seconds map[int]float64) error
+	// Config is the architecture of the models Prepare writes (for the
+	// memory planner before they exist).
+	Config() (*model.Config, error)
 }
 
 // newGenerator returns the named generator.
@@ -242,8 +325,10 @@ func newGenerator(name string) (generator, error) {
 	return nil, fmt.Errorf("unknown generator %q (want demo)", name)
 }
 
-// prepare parses a step's arguments, with the recipe's flags under them.
-func (o *TrainOptions) prepare(st stepRun, args []string) error {
+// prepare parses a step's arguments, with the recipe's flags under them;
+// logNotHonoured logs the recipe's flags for this step that gochat does
+// not implement yet (recipes.Recipe.Later).
+func (o *TrainOptions) prepare(st stepRun, args []string, logNotHonoured bool) error {
 	c := st.cmd
 	c.SetArgs(args)
 	c.SilenceErrors, c.SilenceUsage = true, true
@@ -252,8 +337,13 @@ func (o *TrainOptions) prepare(st stepRun, args []string) error {
 		return usageErrorf("step %d: %v", st.n, err)
 	}
 	if o.recipe != nil {
-		if err := o.recipe.Apply(st.name, fs, func(n string) bool { return fs.Lookup(n) != nil }); err != nil {
+		later, err := o.recipe.Apply(st.name, fs, func(n string) bool { return fs.Lookup(n) != nil })
+		if err != nil {
 			return usageError{err}
+		}
+		if len(later) > 0 && logNotHonoured {
+			o.g.Log.Info().Int("step", st.n).Strs("flags", later).Str("recipe", o.recipe.Name).
+				Msg("recipe flags recorded for later (ZeRO, offload, multi-GPU): not honoured yet")
 		}
 	}
 	if err := checkFiniteFlags(fs); err != nil {
@@ -279,7 +369,7 @@ func hint(err error) string {
 	s := err.Error()
 	switch {
 	case strings.Contains(s, "cannot allocate") || strings.Contains(s, "out of memory"):
-		return " (try a smaller --per-device-train-batch-size, --gradient-checkpointing, or LoRA with --only-optimize-lora)"
+		return " (gochat estimate train with the same flags shows where the memory goes and what would fit)"
 	case strings.Contains(s, "non-finite"):
 		return " (try a lower learning rate or more warm-up steps in the recipe)"
 	case strings.Contains(s, "max_position_embeddings"):

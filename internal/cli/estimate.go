@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/plan"
+	"github.com/gochat-ai/gochat/ppo"
+	"github.com/gochat-ai/gochat/sft"
+)
+
+// estimateOnly marks a step command built for `gochat estimate`: it
+// needs neither --data nor --output-dir.
+const estimateOnly = "gochat/estimate-only"
+
+// forEstimate reports whether cmd is a step command of `gochat estimate`.
+func forEstimate(cmd *cobra.Command) bool { return cmd.Annotations[estimateOnly] != "" }
+
+// EstimateOptions are the options of `gochat estimate`.
+type EstimateOptions struct {
+	g      *Globals
+	JSON   bool
+	PerGPU bool
+}
+
+func newEstimateCmd(g *Globals) *cobra.Command {
+	o := &EstimateOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "estimate sft|reward|ppo|train [the command's flags]",
+		Short: "Estimate the memory of a step (per model and in total) against what the machine offers",
+		Long: `Estimate, without loading anything, what a step will hold in memory: per model
+the weights, fp32 master weights (bf16), gradients, AdamW moments, activations
+(and what they would be with the other gradient-checkpointing setting), logits,
+the KV cache and inference workspace of generation, LoRA adapters and the EMA;
+the device memory of each phase (load, train, evaluate or generate, score,
+save), and the estimated peak resident memory. It compares the peak with what
+the machine offers (MemAvailable, cgroup limits) and lists the cheapest changes
+that would fit. The subcommands take the same flags (and --recipe, for train)
+as the commands they estimate; --data and --output-dir are not needed. Models
+may be directories (only config.json is read) or built-in architectures
+(opt-125m, opt-350m, opt-1.3b, ...). Every step runs the same estimate before it
+loads anything and refuses to start when it does not fit (--skip-preflight
+overrides).`,
+		Args: cobra.NoArgs,
+	}
+	cmd.PersistentFlags().BoolVar(&o.JSON, "json", false, "print the estimates as JSON")
+	perGPUHelp := "train with a GPU recipe: estimate per GPU of the recipe's budget under its ZeRO settings (its later: section), as the ZeRO issue will run it, against the budget"
+	mark := func(c *cobra.Command, use, short string) *cobra.Command {
+		c.Use, c.Short = use, short
+		c.Annotations = map[string]string{estimateOnly: "true"}
+		return c
+	}
+	cmd.AddCommand(
+		mark(newSFTCmd(g, func(so *StageOptions) error { return o.stage(so) }), "sft --model DIR|NAME [sft flags]", "Estimate step 1"),
+		mark(newRewardCmd(g, func(so *StageOptions) error { return o.stage(so) }), "reward --model DIR|NAME [reward flags]", "Estimate step 2"),
+		mark(newPPOCmd(g, func(po *PPOOptions) error { return o.ppo(po) }), "ppo --actor DIR|NAME --critic DIR|NAME [ppo flags]", "Estimate step 3"),
+		mark(newTrainCmd(g, func(to *TrainOptions) error { return o.train(to) }), "train --actor DIR|NAME --reward DIR|NAME [--recipe NAME|FILE] [train flags]", "Estimate the steps of gochat train"),
+	)
+	for _, c := range cmd.Commands() {
+		if c.Name() == "train" {
+			c.Flags().BoolVar(&o.PerGPU, "per-gpu", false, perGPUHelp)
+		}
+	}
+	return cmd
+}
+
+// stepEstimate is one step's estimate with what would fit.
+type stepEstimate struct {
+	What     string         `json:"what"`
+	Estimate *plan.Estimate `json:"estimate"`
+	Fits     bool           `json:"fits"`
+	Changes  []plan.Change  `json:"changes,omitempty"`
+}
+
+func (o *EstimateOptions) stage(so *StageOptions) error {
+	in, err := so.planInput()
+	if err != nil {
+		return err
+	}
+	est, err := in.Estimate()
+	if err != nil {
+		return usageError{err}
+	}
+	return o.print([]stepEstimate{{What: stepName(so.Step), Estimate: est}}, []func(int64) []plan.Change{in.Fit})
+}
+
+func (o *EstimateOptions) ppo(po *PPOOptions) error {
+	in, err := po.planInput()
+	if err != nil {
+		return err
+	}
+	est, err := in.Estimate()
+	if err != nil {
+		return usageError{err}
+	}
+	return o.print([]stepEstimate{{What: stepName(3), Estimate: est}}, []func(int64) []plan.Change{in.Fit})
+}
+
+func (o *EstimateOptions) train(to *TrainOptions) error {
+	to.perGPU = o.PerGPU
+	if o.PerGPU && (to.recipe == nil || to.recipe.Budget.IsCPU()) {
+		return usageErrorf("--per-gpu needs a GPU recipe (gochat recipes lists their budgets)")
+	}
+	plans, err := to.planSteps()
+	if err != nil {
+		return err
+	}
+	var ests []stepEstimate
+	var fits []func(int64) []plan.Change
+	for _, p := range plans {
+		ests = append(ests, stepEstimate{What: p.what, Estimate: p.est})
+		fits = append(fits, p.fit)
+	}
+	return o.print(ests, fits)
+}
+
+// print writes the estimates (with what fits the available memory) as
+// tables or JSON.
+func (o *EstimateOptions) print(ests []stepEstimate, fits []func(int64) []plan.Change) error {
+	mem, memErr := o.g.availableMemory()
+	for i := range ests {
+		if memErr == nil {
+			ests[i].Fits = ests[i].Estimate.Peak <= mem.Available
+			if !ests[i].Fits {
+				ests[i].Changes = fits[i](mem.Available)
+			}
+		}
+	}
+	if o.JSON {
+		out := map[string]any{"steps": ests}
+		if memErr == nil {
+			out["memory"] = mem
+		}
+		enc := json.NewEncoder(o.g.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	for i, e := range ests {
+		if i > 0 {
+			fmt.Fprintln(o.g.Out)
+		}
+		writeEstimate(o.g.Out, e.What, e.Estimate)
+		switch {
+		case memErr != nil:
+			fmt.Fprintf(o.g.Out, "available memory unknown: %v\n", memErr)
+		case e.Fits:
+			fmt.Fprintf(o.g.Out, "fits: %s\n", mem)
+		default:
+			fmt.Fprintf(o.g.Out, "does not fit: %s\n", mem)
+			if len(e.Changes) == 0 {
+				fmt.Fprintln(o.g.Out, "no change the planner knows of fits")
+			}
+			for _, c := range e.Changes {
+				fmt.Fprintf(o.g.Out, "  would fit: %s\n", c)
+			}
+		}
+	}
+	return nil
+}
+
+// writeEstimate prints one step's estimate as a table in GiB.
+func writeEstimate(w io.Writer, what string, e *plan.Estimate) {
+	fmt.Fprintf(w, "%s, %s parameters (GiB)\n", what, e.DType)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "model\tparams\tweights\tmaster\tgrads\tmoments\tactivations\t(other ckpt)\tlogits\tKV cache\tworkspace\tLoRA\tEMA\ttotal\t")
+	g := func(b int64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", float64(b)/(1<<30))
+	}
+	var total plan.Model
+	for _, m := range e.Models {
+		acts, other := g(m.Acts), ""
+		if m.ActsOther > 0 {
+			other = g(m.ActsOther)
+			if m.Checkpointing {
+				acts += " ckpt"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.0fM\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, float64(m.Params)/1e6,
+			g(m.Weights), g(m.Master), g(m.Grads), g(m.Moments), acts, other, g(m.Logits), g(m.KVCache), g(m.Workspace), g(m.LoRA), g(m.EMA), g(m.Total()))
+		total.Weights += m.Weights
+		total.Master += m.Master
+		total.Grads += m.Grads
+		total.Moments += m.Moments
+		total.Acts += m.Acts
+		total.Logits += m.Logits
+		total.KVCache += m.KVCache
+		total.Workspace += m.Workspace
+		total.LoRA += m.LoRA
+		total.EMA += m.EMA
+	}
+	if len(e.Models) > 1 {
+		fmt.Fprintf(tw, "total\t\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g(total.Weights), g(total.Master), g(total.Grads),
+			g(total.Moments), g(total.Acts), g(total.Logits), g(total.KVCache), g(total.Workspace), g(total.LoRA), g(total.EMA), g(total.Total()))
+	}
+	tw.Flush()
+	for _, t := range e.Transient {
+		fmt.Fprintf(w, "transient: %s %s\n", t.Name, plan.GiB(t.Bytes))
+	}
+	var phases []string
+	for _, p := range e.Phases {
+		phases = append(phases, fmt.Sprintf("%s %s", p.Name, plan.GiB(p.Bytes)))
+	}
+	fmt.Fprintf(w, "device memory by phase: %s\n", strings.Join(phases, ", "))
+	fmt.Fprintf(w, "peak: %s = device %s + runtime %s + GC headroom %s\n", plan.GiB(e.Peak), plan.GiB(e.Device), plan.GiB(e.Runtime), plan.GiB(e.Headroom))
+}
+
+// stepName names a step in messages.
+func stepName(n int) string {
+	return [...]string{"", "step 1 (sft)", "step 2 (reward)", "step 3 (ppo)"}[n]
+}
+
+// planInput describes step 1 or 2 for the memory planner: the model's
+// config.json (or a built-in architecture), --dtype, and the flags that
+// size what the step allocates.
+func (o *StageOptions) planInput() (plan.Stage, error) {
+	cfg, err := modelConfig("--model", o.Model)
+	if err != nil {
+		return plan.Stage{}, err
+	}
+	dt, err := planDType(o.g, o.DType)
+	if err != nil {
+		return plan.Stage{}, err
+	}
+	return o.planWith(cfg, dt), nil
+}
+
+// planWith is planInput for a given config and dtype.
+func (o *StageOptions) planWith(cfg *model.Config, dt kernels.DType) plan.Stage {
+	c := *cfg
+	if o.Dropout >= 0 {
+		c.Dropout = o.Dropout // runStage's override
+	}
+	var lc lora.Config
+	if o.LoRADim > 0 {
+		lc = lora.Config{Dim: o.LoRADim, ModuleName: o.LoRAModule}
+	}
+	return plan.Stage{Reward: o.Step == 2, Model: &c, DType: dt, Batch: o.TrainBatch, GradAccum: o.GradAccum,
+		Sft:  sft.Options{MaxSeqLen: o.MaxSeqLen, EvalBatch: o.EvalBatch, Dropout: true, Checkpoint: o.GradCkpt},
+		LoRA: lc, OnlyLoRA: o.OnlyLoRA}
+}
+
+// preflight runs the memory pre-flight of step 1 or 2.
+func (o *StageOptions) preflight() error {
+	in, err := o.planInput()
+	if err != nil {
+		return err
+	}
+	est, err := in.Estimate()
+	if err != nil {
+		return usageError{err}
+	}
+	return preflight(o.g, stepName(o.Step), est, in.Fit, o.SkipPreflight)
+}
+
+// planInput describes step 3 for the memory planner: the three models'
+// config.json (or built-in architectures), --dtype, and the flags that
+// size what the step allocates.
+func (o *PPOOptions) planInput() (plan.PPO, error) {
+	var cfgs [3]*model.Config
+	for i, f := range []struct{ flag, dir string }{{"--actor", o.Actor}, {"--critic", o.Critic}, {"--reward", o.Reward}} {
+		c, err := modelConfig(f.flag, f.dir)
+		if err != nil {
+			return plan.PPO{}, err
+		}
+		cfgs[i] = c
+	}
+	dt, err := planDType(o.g, o.DType)
+	if err != nil {
+		return plan.PPO{}, err
+	}
+	return o.planWith(cfgs[0], cfgs[1], cfgs[2], dt), nil
+}
+
+// planWith is planInput for given configs and dtype.
+func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType) plan.PPO {
+	lc := func(dim int) lora.Config {
+		if dim == 0 {
+			return lora.Config{}
+		}
+		return lora.Config{Dim: dim, ModuleName: o.LoRAModule}
+	}
+	unsup := 0
+	if o.UnsupData != "" {
+		unsup = o.MaxPromptLen + o.MaxAnswerLen
+	}
+	return plan.PPO{Actor: actor, Critic: critic, Reward: rm, DType: dt,
+		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, GenerationBatches: o.GenerationBatches,
+		PromptLen: o.MaxPromptLen, AnswerLen: o.MaxAnswerLen,
+		// Byte-level BPE makes at most one token per byte of the end text.
+		RewardExtra: len(o.EndText), UnsupLen: unsup,
+		ActorLoRA: lc(o.ActorLoRADim), CriticLoRA: lc(o.CriticLoRADim), OnlyLoRA: o.OnlyLoRA,
+		ActorCheckpointing: o.ActorCkpt, KeepCache: o.KeepCache,
+		Opts: ppo.Options{CriticCheckpointing: o.CriticCkpt, ActorDropout: o.ActorDropout, CriticDropout: o.CriticDropout,
+			EnableEMA: o.EnableEMA}}
+}
+
+// preflight runs the memory pre-flight of step 3.
+func (o *PPOOptions) preflight() error {
+	in, err := o.planInput()
+	if err != nil {
+		return err
+	}
+	est, err := in.Estimate()
+	if err != nil {
+		return usageError{err}
+	}
+	return preflight(o.g, stepName(3), est, in.Fit, o.SkipPreflight)
+}

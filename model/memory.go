@@ -1,0 +1,71 @@
+package model
+
+import "github.com/gochat-ai/gochat/kernels"
+
+// The functions below say what a model's allocations will take from its
+// config alone, without allocating: a memory planner calls them before
+// anything is loaded. Each one is the allocating code's own arithmetic
+// (ActsBytes runs layoutActs itself) or is tested against it, so an
+// estimate cannot drift from what the code does.
+
+// ParamCount is the number of parameters of a model with config c (and a
+// value head when valueHead): NumParams of New(dev, c, Options{ValueHead:
+// valueHead}).
+func ParamCount(c *Config, valueHead bool) int {
+	n := 0
+	for _, s := range c.paramSpecs(valueHead) {
+		n += s.size()
+	}
+	return n
+}
+
+// LargestParam is the element count of the model's largest tensor (the
+// token embedding for OPT): the size of the host buffer LoadWeights reads
+// every tensor through.
+func LargestParam(c *Config, valueHead bool) int {
+	most := 0
+	for _, s := range c.paramSpecs(valueHead) {
+		most = max(most, s.size())
+	}
+	return most
+}
+
+// ActsBytes is the device memory NewActs(b, t, opts) allocates for a model
+// with config c (with a value head when valueHead): Bytes of the result.
+// Dropout buffers follow c.Dropout, as for the model.
+func ActsBytes(c *Config, valueHead bool, b, t int, opts ActsOptions) int {
+	m := &Model{Config: c, opts: Options{ValueHead: valueHead}}
+	n := 0
+	m.layoutActs(&Acts{}, b, t, opts, func(dt kernels.DType, k int) kernels.Buffer {
+		n += k * dt.Size()
+		return nil
+	})
+	return n
+}
+
+// CacheBytes is the device memory NewCache(b, tmax, maxChunk) allocates for
+// a model with config c: Bytes of the new cache (the [B·MaxChunk,V] logits
+// buffer that the first AllLogits decode adds is not included; generation
+// asks for LastLogits only).
+func CacheBytes(c *Config, b, tmax, maxChunk int) int {
+	H, F, P, V, L := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumLayers
+	n := b * maxChunk
+	f32 := 2*L*b*tmax*H + // K and V
+		4*n*H + 3*n*H + n*F + 2*n*P + 2*n + // x, h, ln, tmp; qkv; fch; emb, y; mean, rstd
+		b*P + b*V // last, lastLogits
+	i32 := b*tmax + 2*n // mask; ids, pos
+	return f32*kernels.F32.Size() + i32*kernels.I32.Size()
+}
+
+// ActsShape is one set of activation buffers: NewActs(B, T, Opts). Stages
+// describe the sets they keep with it (a memory planner sums their
+// ActsBytes).
+type ActsShape struct {
+	B, T int
+	Opts ActsOptions
+}
+
+// Bytes is ActsBytes for the shape on a model with config c.
+func (s ActsShape) Bytes(c *Config, valueHead bool) int {
+	return ActsBytes(c, valueHead, s.B, s.T, s.Opts)
+}

@@ -1,0 +1,317 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// Change is a way of bringing a step's peak under a budget: the flags that
+// make it (command-line syntax, for the step's command) and the peak
+// estimated with them.
+type Change struct {
+	Flags []string `json:"flags"`
+	Peak  int64    `json:"peak"`
+}
+
+func (c Change) String() string {
+	return fmt.Sprintf("%s (peak %s)", strings.Join(c.Flags, " "), GiB(c.Peak))
+}
+
+// DefaultLoRADim is the LoRA rank Fit proposes (DeepSpeed-Chat's scripts
+// use 128).
+const DefaultLoRADim = 128
+
+// flagSet is an ordered set of flag values; a later value of a flag
+// replaces an earlier one.
+type flagSet struct {
+	names  []string
+	values map[string]string
+}
+
+func (f *flagSet) set(name, value string) {
+	if f.values == nil {
+		f.values = map[string]string{}
+	}
+	if _, ok := f.values[name]; !ok {
+		f.names = append(f.names, name)
+	}
+	f.values[name] = value
+}
+
+func (f *flagSet) list() []string {
+	var out []string
+	for _, n := range f.names {
+		switch v := f.values[n]; v {
+		case "true":
+			out = append(out, "--"+n)
+		case "false":
+			out = append(out, "--"+n+"=false")
+		default:
+			out = append(out, "--"+n+" "+v)
+		}
+	}
+	return out
+}
+
+// variant is a setting changed one way: the changed input and its flags.
+type variant[T any] struct {
+	in    T
+	flags [][2]string // name, value
+}
+
+// knob is one kind of change: its variants for an input, from the mildest
+// to the strongest (none when it does not apply).
+type knob[T any] func(T) []variant[T]
+
+// fit finds the cheapest changes that bring est(in) under budget, trying
+// knobs in order (the order of how much they change training, least
+// first): every single change that fits, at its mildest fitting strength;
+// without one, a combination (knobs applied in order, the last at its
+// mildest fitting strength), then pruned of what it does not need. It
+// returns nil when nothing fits.
+func fit[T any](in T, budget int64, est func(T) (int64, error), knobs []knob[T]) []Change {
+	fits := func(x T) (int64, bool) {
+		p, err := est(x)
+		return p, err == nil && p <= budget
+	}
+	var out []Change
+	for _, k := range knobs {
+		for _, v := range k(in) {
+			if p, ok := fits(v.in); ok {
+				var fs flagSet
+				for _, f := range v.flags {
+					fs.set(f[0], f[1])
+				}
+				out = append(out, Change{Flags: fs.list(), Peak: p})
+				break
+			}
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	// A combination: choose a strength per knob.
+	type choice struct{ knob, level int }
+	build := func(cs []choice) (T, flagSet) {
+		x := in
+		var fs flagSet
+		for _, c := range cs {
+			vs := knobs[c.knob](x)
+			if len(vs) == 0 {
+				continue
+			}
+			v := vs[min(c.level, len(vs)-1)]
+			x = v.in
+			for _, f := range v.flags {
+				fs.set(f[0], f[1])
+			}
+		}
+		return x, fs
+	}
+	var chosen []choice
+	ok := false
+	for i := range knobs {
+		x, _ := build(chosen)
+		vs := knobs[i](x)
+		if len(vs) == 0 {
+			continue
+		}
+		level := len(vs) - 1
+		for j := range vs {
+			if _, f := fits(vs[j].in); f {
+				level, ok = j, true
+				break
+			}
+		}
+		chosen = append(chosen, choice{i, level})
+		if ok {
+			break
+		}
+	}
+	if !ok {
+		return nil
+	}
+	// Prune, the changes that alter training most first: soften each as
+	// far as the others allow, drop what is not needed, soften again.
+	fitsWith := func(cs []choice) bool {
+		x, _ := build(cs)
+		_, f := fits(x)
+		return f
+	}
+	soften := func() {
+		for i := len(chosen) - 1; i >= 0; i-- {
+			for chosen[i].level > 0 {
+				chosen[i].level--
+				if !fitsWith(chosen) {
+					chosen[i].level++
+					break
+				}
+			}
+		}
+	}
+	soften()
+	for i := len(chosen) - 1; i >= 0; i-- {
+		without := append(append([]choice{}, chosen[:i]...), chosen[i+1:]...)
+		if len(without) > 0 && fitsWith(without) {
+			chosen = without
+		}
+	}
+	soften()
+	x, fs := build(chosen)
+	p, _ := est(x)
+	return []Change{{Flags: fs.list(), Peak: p}}
+}
+
+// halvings returns n/2, n/4, ..., 1 (nothing for n <= 1).
+func halvings(n int) []int {
+	var out []int
+	for n > 1 {
+		n = (n + 1) / 2
+		out = append(out, n)
+	}
+	return out
+}
+
+// Fit lists the cheapest changes of the step's settings whose estimated
+// peak is at most budget, in the order of how little they change training:
+// gradient checkpointing (same results, more compute), a smaller
+// evaluation batch, bf16, smaller micro-batches with more gradient
+// accumulation (the same effective batch), LoRA with --only-optimize-lora.
+// When no single change fits it proposes the smallest combination it
+// finds; nil means nothing fits.
+func (s Stage) Fit(budget int64) []Change {
+	est := func(x Stage) (int64, error) {
+		e, err := x.Estimate()
+		if err != nil {
+			return 0, err
+		}
+		return e.Peak, nil
+	}
+	knobs := []knob[Stage]{
+		func(x Stage) []variant[Stage] {
+			if x.Sft.Checkpoint {
+				return nil
+			}
+			x.Sft.Checkpoint = true
+			return []variant[Stage]{{x, [][2]string{{"gradient-checkpointing", "true"}}}}
+		},
+		func(x Stage) []variant[Stage] {
+			var vs []variant[Stage]
+			for _, b := range halvings(x.Sft.EvalBatch) {
+				y := x
+				y.Sft.EvalBatch = b
+				vs = append(vs, variant[Stage]{y, [][2]string{{"per-device-eval-batch-size", fmt.Sprint(b)}}})
+			}
+			return vs
+		},
+		bf16Knob(func(x *Stage) *kernels.DType { return &x.DType }),
+		func(x Stage) []variant[Stage] {
+			var vs []variant[Stage]
+			ga := max(x.GradAccum, 1)
+			for _, b := range halvings(x.Batch) {
+				y := x
+				y.Batch, y.GradAccum = b, ga*((x.Batch+b-1)/b)
+				vs = append(vs, variant[Stage]{y, [][2]string{{"per-device-train-batch-size", fmt.Sprint(b)},
+					{"gradient-accumulation-steps", fmt.Sprint(y.GradAccum)}}})
+			}
+			return vs
+		},
+		func(x Stage) []variant[Stage] {
+			if x.OnlyLoRA && x.LoRA.Dim > 0 {
+				return nil
+			}
+			var flags [][2]string
+			if x.LoRA.Dim == 0 {
+				x.LoRA.Dim = DefaultLoRADim
+				flags = append(flags, [2]string{"lora-dim", fmt.Sprint(DefaultLoRADim)})
+			}
+			x.OnlyLoRA = true
+			return []variant[Stage]{{x, append(flags, [2]string{"only-optimize-lora", "true"})}}
+		},
+	}
+	return fit(s, budget, est, knobs)
+}
+
+// bf16Knob switches fp32 parameters to bf16.
+func bf16Knob[T any](dt func(*T) *kernels.DType) knob[T] {
+	return func(x T) []variant[T] {
+		if *dt(&x) != kernels.F32 {
+			return nil
+		}
+		*dt(&x) = kernels.BF16
+		return []variant[T]{{x, [][2]string{{"dtype", "bf16"}}}}
+	}
+}
+
+// Fit lists the cheapest changes of step 3's settings whose estimated peak
+// is at most budget, in the order of how little they change training:
+// gradient checkpointing of the actor and of the critic, no
+// --keep-inference-cache, bf16, smaller generation batches with more of
+// them per round (the same experience per round), smaller training
+// micro-batches, LoRA with --only-optimize-lora for the actor and then the
+// critic, no EMA. When no single change fits it proposes the smallest
+// combination it finds; nil means nothing fits.
+func (p PPO) Fit(budget int64) []Change {
+	est := func(x PPO) (int64, error) {
+		e, err := x.Estimate()
+		if err != nil {
+			return 0, err
+		}
+		return e.Peak, nil
+	}
+	boolKnob := func(get func(*PPO) *bool, want bool, flag string) knob[PPO] {
+		return func(x PPO) []variant[PPO] {
+			if *get(&x) == want {
+				return nil
+			}
+			*get(&x) = want
+			return []variant[PPO]{{x, [][2]string{{flag, fmt.Sprint(want)}}}}
+		}
+	}
+	loraKnob := func(dim func(*PPO) *int, flag string) knob[PPO] {
+		return func(x PPO) []variant[PPO] {
+			if x.OnlyLoRA && *dim(&x) > 0 {
+				return nil
+			}
+			var flags [][2]string
+			if *dim(&x) == 0 {
+				*dim(&x) = DefaultLoRADim
+				flags = append(flags, [2]string{flag, fmt.Sprint(DefaultLoRADim)})
+			}
+			x.OnlyLoRA = true
+			return []variant[PPO]{{x, append(flags, [2]string{"only-optimize-lora", "true"})}}
+		}
+	}
+	knobs := []knob[PPO]{
+		boolKnob(func(x *PPO) *bool { return &x.ActorCheckpointing }, true, "actor-gradient-checkpointing"),
+		boolKnob(func(x *PPO) *bool { return &x.Opts.CriticCheckpointing }, true, "critic-gradient-checkpointing"),
+		boolKnob(func(x *PPO) *bool { return &x.KeepCache }, false, "keep-inference-cache"),
+		bf16Knob(func(x *PPO) *kernels.DType { return &x.DType }),
+		func(x PPO) []variant[PPO] {
+			var vs []variant[PPO]
+			gb := max(x.GenerationBatches, 1)
+			for _, b := range halvings(x.GenBatch) {
+				y := x
+				y.GenBatch, y.GenerationBatches = b, gb*((x.GenBatch+b-1)/b)
+				vs = append(vs, variant[PPO]{y, [][2]string{{"per-device-generation-batch-size", fmt.Sprint(b)},
+					{"generation-batches", fmt.Sprint(y.GenerationBatches)}}})
+			}
+			return vs
+		},
+		func(x PPO) []variant[PPO] {
+			var vs []variant[PPO]
+			for _, b := range halvings(x.TrainBatch) {
+				y := x
+				y.TrainBatch = b
+				vs = append(vs, variant[PPO]{y, [][2]string{{"per-device-training-batch-size", fmt.Sprint(b)}}})
+			}
+			return vs
+		},
+		loraKnob(func(x *PPO) *int { return &x.ActorLoRA.Dim }, "actor-lora-dim"),
+		loraKnob(func(x *PPO) *int { return &x.CriticLoRA.Dim }, "critic-lora-dim"),
+		boolKnob(func(x *PPO) *bool { return &x.Opts.EnableEMA }, false, "enable-ema"),
+	}
+	return fit(p, budget, est, knobs)
+}

@@ -1,0 +1,524 @@
+// Package plan is gochat's memory planner. Given a step's settings and the
+// models' config.json (nothing is loaded), it estimates what the step will
+// hold, per model and in total: weights, fp32 master weights, gradients,
+// AdamW moments, activations (with or without gradient checkpointing),
+// logits, the KV cache and inference workspace of generation, LoRA
+// adapters and the actor EMA, phase by phase, and from the largest phase
+// the peak resident memory of the process. Fit lists the cheapest changes
+// of settings that bring a peak under a budget, each checked by estimating
+// again; Available reads what the machine offers.
+//
+// Every byte count comes from the package that allocates it
+// (model.ActsBytes, model.CacheBytes, lora.Size, optim.StateBytes,
+// hybridengine.GenerateBytes, the stages' Acts and ppo's ActsPlan), each
+// tested against the allocations themselves, so the estimate follows the
+// code. What the device accounting cannot see — the Go runtime, the
+// binary, the tokenizer and data, and the garbage the collector has not
+// reclaimed yet — is a calibrated allowance (Runtime, HeadroomFraction),
+// measured against peak RSS in README.md.
+package plan
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/hybridengine"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/ppo"
+	"github.com/gochat-ai/gochat/reward"
+	"github.com/gochat-ai/gochat/sft"
+)
+
+// Runtime is the resident memory of a step beyond its device buffers when
+// the models are small: the Go runtime, the binary's pages, the tokenizer,
+// the data and the host-side slices of a batch. Measured with
+// /usr/bin/time -v on this project's steps (README.md, "Memory planner").
+const Runtime int64 = 200 << 20
+
+// HeadroomFraction is the garbage the collector lets accumulate above the
+// live bytes before it reclaims it, as a fraction of the device bytes: a
+// step sets GOGC to GCPercent (unless the environment sets GOGC), so
+// between two collections the heap grows by at most GCPercent% of what
+// was live; on average about half of that is reached at the peak.
+const HeadroomFraction = float64(GCPercent) / 100 / 2
+
+// GCPercent is the GOGC value the training steps run with (unless the
+// environment sets GOGC). Device buffers hold no pointers, so a collection
+// costs little however large they are, and a low value keeps freed
+// buffers (a round's KV cache and inference workspace, a batch's scoring
+// activations) from piling up to twice the live memory as GOGC=100 would.
+const GCPercent = 20
+
+// Parallel describes data-parallel training over several GPUs with
+// DeepSpeed's ZeRO, as DeepSpeed-Chat's GPU scripts run it. gochat runs one
+// process today (the zero value); the planner uses Parallel to check the
+// GPU recipes against their budgets for the issue that brings ZeRO. The
+// estimate is then per GPU: ZeRO stage 1 partitions the optimizer state
+// (moments, master weights) over Ranks, stage 2 also the gradients, stage
+// 3 also the weights (and, as DeepSpeed-Chat does, the frozen reference
+// and reward models follow the actor's and the critic's stage 3); Offload
+// keeps the optimizer state in host memory; generation gathers the
+// actor's weights into the inference workspace split over InferenceTP
+// GPUs (tensor parallelism), which also splits the KV cache. Activations
+// are per GPU already (per-device batch sizes).
+type Parallel struct {
+	Ranks                   int  // GPUs in all (0 or 1: one process)
+	Stage                   int  // steps 1 and 2: --zero-stage
+	ActorStage, CriticStage int  // step 3: --actor-zero-stage, --critic-zero-stage
+	Offload                 bool // --offload: optimizer state on the host
+	InferenceTP             int  // step 3: --inference-tp-size (0 or 1: none)
+}
+
+// GPUReserve is what a GPU process holds beyond its buffers in a GPU
+// estimate: the CUDA context, cuBLAS workspaces and allocator slack.
+const GPUReserve int64 = 1 << 30
+
+// partition divides a model's state over p.Ranks for ZeRO stage.
+func (p Parallel) partition(m *Model, stage int) {
+	if p.Ranks <= 1 {
+		return
+	}
+	r := int64(p.Ranks)
+	if stage >= 1 {
+		m.Master, m.Moments = m.Master/r, m.Moments/r
+	}
+	if p.Offload {
+		m.Master, m.Moments = 0, 0
+	}
+	if stage >= 2 {
+		m.Grads /= r
+	}
+	if stage >= 3 {
+		m.Weights, m.EMA = m.Weights/r, m.EMA/r
+	}
+}
+
+// Stage describes step 1 (sft) or step 2 (reward) for the planner.
+type Stage struct {
+	Reward bool          // step 2: a value head, chosen and rejected as one batch
+	Model  *model.Config // the model as the run will use it (dropout applied)
+	DType  kernels.DType // the parameters' type (F32 or BF16)
+	Batch  int           // --per-device-train-batch-size
+	// Sft holds the stage's other settings (MaxSeqLen, EvalBatch, Dropout,
+	// Checkpoint); step 2 reads the same fields.
+	Sft      sft.Options
+	LoRA     lora.Config // Dim 0: no LoRA
+	OnlyLoRA bool
+	// GradAccum is --gradient-accumulation-steps (Fit keeps the effective
+	// batch when it halves the micro-batch).
+	GradAccum int
+	Parallel  Parallel // the zero value: one process, as gochat runs today
+}
+
+// PPO describes step 3 for the planner.
+type PPO struct {
+	Actor, Critic, Reward *model.Config
+	DType                 kernels.DType
+	GenBatch, TrainBatch  int
+	GenerationBatches     int // --generation-batches (Fit keeps the experience per round)
+	PromptLen, AnswerLen  int
+	RewardExtra           int // tokens --reward-end-text adds to what the reward model scores
+	UnsupLen              int // mixture-training block length (0: none)
+	ActorLoRA, CriticLoRA lora.Config
+	OnlyLoRA              bool
+	ActorCheckpointing    bool
+	Opts                  ppo.Options // CriticCheckpointing, ActorDropout, CriticDropout, EnableEMA
+	KeepCache             bool
+	Parallel              Parallel // the zero value: one process, as gochat runs today
+}
+
+// Model is what one model holds, in bytes.
+type Model struct {
+	Name    string `json:"name"` // model, actor, reference, critic, reward
+	Params  int    `json:"params"`
+	Weights int64  `json:"weights"`
+	Master  int64  `json:"master_weights"`
+	Grads   int64  `json:"gradients"`
+	Moments int64  `json:"optimizer_moments"`
+	// Acts are the activation buffers kept, logits excluded; ActsOther is
+	// the same with the other gradient-checkpointing setting (trained
+	// models; 0 for frozen ones).
+	Acts          int64 `json:"activations"`
+	ActsOther     int64 `json:"activations_other_checkpointing,omitempty"`
+	Checkpointing bool  `json:"gradient_checkpointing"`
+	Logits        int64 `json:"logits"`
+	KVCache       int64 `json:"kv_cache"`
+	Workspace     int64 `json:"inference_workspace"`
+	LoRA          int64 `json:"lora"` // adapters: parameters, gradients, moments, activations
+	EMA           int64 `json:"ema"`
+}
+
+// Total is everything the model holds at once.
+func (m Model) Total() int64 {
+	return m.Weights + m.Master + m.Grads + m.Moments + m.Acts + m.Logits + m.KVCache + m.Workspace + m.LoRA + m.EMA
+}
+
+// Phase is the device memory live during one part of a step.
+type Phase struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Estimate is the planner's answer for one step.
+type Estimate struct {
+	Step   string  `json:"step"` // sft, reward, ppo
+	DType  string  `json:"dtype"`
+	Models []Model `json:"models"`
+	// Transient are buffers that live during one phase only (loading,
+	// scoring, saving), by name.
+	Transient []Part `json:"transient"`
+	// Phases are the device bytes live in each phase; Device is the
+	// largest.
+	Phases []Phase `json:"phases"`
+	Device int64   `json:"device_peak"`
+	// Runtime and Headroom are the allowances for what the device
+	// accounting does not see; Peak = Device + Runtime + Headroom is the
+	// estimated peak resident memory.
+	Runtime  int64 `json:"runtime"`
+	Headroom int64 `json:"gc_headroom"`
+	Peak     int64 `json:"peak"`
+}
+
+// dtypeName is the --dtype value of a parameter type.
+func dtypeName(dt kernels.DType) string {
+	if dt == kernels.BF16 {
+		return "bf16"
+	}
+	return "fp32"
+}
+
+// Part is a named byte count.
+type Part struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// finish sets Device, Runtime, Headroom and Peak from the phases: on the
+// CPU the Go runtime and the collector's headroom come on top of the
+// buffers, on a GPU (Parallel.Ranks > 1) the GPUReserve.
+func (e *Estimate) finish(p Parallel) {
+	for _, ph := range e.Phases {
+		e.Device = max(e.Device, ph.Bytes)
+	}
+	if p.Ranks > 1 {
+		e.Runtime = GPUReserve
+	} else {
+		e.Runtime = Runtime
+		e.Headroom = int64(HeadroomFraction * float64(e.Device))
+	}
+	e.Peak = e.Device + e.Runtime + e.Headroom
+}
+
+// Parts lists the estimate's components over all models, largest first,
+// named "actor optimizer moments" and so on (what an error message shows).
+func (e *Estimate) Parts() []Part {
+	var out []Part
+	for _, m := range e.Models {
+		for _, p := range []Part{{"weights", m.Weights}, {"master weights", m.Master}, {"gradients", m.Grads},
+			{"optimizer moments", m.Moments}, {"activations", m.Acts}, {"logits", m.Logits}, {"KV cache", m.KVCache},
+			{"inference workspace", m.Workspace}, {"LoRA", m.LoRA}, {"EMA", m.EMA}} {
+			if p.Bytes > 0 {
+				out = append(out, Part{m.Name + " " + p.Name, p.Bytes})
+			}
+		}
+	}
+	for _, t := range e.Transient {
+		if t.Bytes > 0 {
+			out = append(out, t)
+		}
+	}
+	sortParts(out)
+	return out
+}
+
+func sortParts(ps []Part) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].Bytes > ps[j-1].Bytes; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// trained is what a trained model holds besides its activations, the way
+// train.ModelTrainable and optim.AdamW allocate it: gradients for every
+// parameter, or with OnlyLoRA and adapters only the value head's;
+// moments (and in bf16 master weights) for what is optimized; the
+// adapters' parameters, gradients and moments (fp32).
+func trained(name string, c *model.Config, vh bool, dt kernels.DType, lc lora.Config, onlyLoRA bool) (Model, int, error) {
+	n := model.ParamCount(c, vh)
+	m := Model{Name: name, Params: n, Weights: int64(n * dt.Size())}
+	optimized := n
+	loraParams, loraLayers := 0, 0
+	if lc.Dim > 0 {
+		var err error
+		if loraParams, loraLayers, err = lora.Size(c, lc); err != nil {
+			return Model{}, 0, err
+		}
+		if onlyLoRA { // FreezeBase: only the value head keeps a gradient
+			optimized = 0
+			if vh {
+				optimized = c.WordEmbedProjDim
+			}
+		}
+	}
+	m.Grads = int64(optimized * kernels.F32.Size())
+	mom, master := optim.StateBytes(optimized, dt)
+	m.Moments, m.Master = int64(mom), int64(master)
+	if loraParams > 0 {
+		lmom, _ := optim.StateBytes(loraParams, kernels.F32)
+		m.LoRA = int64(2*loraParams*kernels.F32.Size() + lmom)
+	}
+	return m, loraLayers, nil
+}
+
+// frozen is a model that is only run forward: its weights.
+func frozen(name string, c *model.Config, vh bool, dt kernels.DType) Model {
+	n := model.ParamCount(c, vh)
+	return Model{Name: name, Params: n, Weights: int64(n * dt.Size())}
+}
+
+// actsSplit returns a shape's activation bytes without and with its
+// logits part.
+func actsSplit(c *model.Config, vh bool, s model.ActsShape) (acts, logits int64) {
+	all := s.Bytes(c, vh)
+	no := s
+	no.Opts.NoLogits = true
+	without := no.Bytes(c, vh)
+	return int64(without), int64(all - without)
+}
+
+// loadBuffer is the host buffer model.LoadWeights reads each tensor
+// through: the largest tensor in fp32.
+func loadBuffer(c *model.Config, vh bool) int64 {
+	return int64(model.LargestParam(c, vh) * kernels.F32.Size())
+}
+
+// Stage estimates step 1 or 2 (runStage: load, adapters, gradients and
+// optimizer, training micro-batches, evaluation, saving with LoRA fused
+// into a copy of the weights).
+func (s Stage) Estimate() (*Estimate, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	c, vh := s.Model, s.Reward
+	step := "sft"
+	var tr, ev model.ActsShape
+	if s.Reward {
+		step = "reward"
+		tr, ev = reward.Options{MaxSeqLen: s.Sft.MaxSeqLen, EvalBatch: s.Sft.EvalBatch, Dropout: s.Sft.Dropout,
+			Checkpoint: s.Sft.Checkpoint}.Acts(s.Batch)
+	} else {
+		tr, ev = s.Sft.Acts(s.Batch)
+	}
+	m, layers, err := trained("model", c, vh, s.DType, s.LoRA, s.OnlyLoRA)
+	if err != nil {
+		return nil, fmt.Errorf("--lora-dim/--lora-module-name: %w", err)
+	}
+	m.Checkpointing = s.Sft.Checkpoint
+	s.Parallel.partition(&m, s.Parallel.Stage)
+	trActs, trLogits := actsSplit(c, vh, tr)
+	evActs, evLogits := actsSplit(c, vh, ev)
+	other := tr
+	other.Opts.Checkpoint = !other.Opts.Checkpoint
+	otherActs, _ := actsSplit(c, vh, other)
+	m.Acts, m.Logits = trActs+evActs, trLogits+evLogits
+	m.ActsOther = otherActs + evActs
+	var loraActs int64
+	if s.LoRA.Dim > 0 {
+		loraActs = int64(lora.ActsBytes(layers, s.LoRA.Dim, max(tr.B, ev.B)*tr.T))
+		m.LoRA += loraActs
+	}
+	e := &Estimate{Step: step, DType: dtypeName(s.DType), Models: []Model{m}}
+	var save int64
+	if s.LoRA.Dim > 0 { // saveModelDir fuses into a copy of the weights
+		save = m.Weights + int64(lora.FuseBytes(c, s.LoRA, s.DType))
+		e.Transient = append(e.Transient, Part{"saving: LoRA fused into a copy of the weights", save})
+	}
+	load := loadBuffer(c, vh)
+	e.Transient = append(e.Transient, Part{"loading: host buffer of the largest tensor", load})
+	state := m.Weights + m.Master + m.Grads + m.Moments + m.LoRA - loraActs
+	e.Phases = []Phase{
+		{"load", m.Weights + load},
+		{"train", state + trActs + trLogits + loraActs},
+		{"evaluate", state + m.Acts + m.Logits + loraActs},
+		{"save", state + m.Acts + m.Logits + loraActs + save},
+	}
+	e.finish(s.Parallel)
+	return e, nil
+}
+
+func (s Stage) check() error {
+	switch {
+	case s.Model == nil:
+		return fmt.Errorf("plan: no model config")
+	case s.Batch < 1 || s.Sft.EvalBatch < 1 || s.Sft.MaxSeqLen < 1:
+		return fmt.Errorf("plan: batch sizes and sequence length must be >= 1")
+	case s.DType != kernels.F32 && s.DType != kernels.BF16:
+		return fmt.Errorf("plan: parameters in %v (want f32 or bf16)", s.DType)
+	case s.Sft.MaxSeqLen > s.Model.MaxPositions:
+		return fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", s.Sft.MaxSeqLen, s.Model.MaxPositions)
+	}
+	return nil
+}
+
+// Estimate estimates step 3 (runPPO: four models, two optimizers, the EMA,
+// then rounds of generation through the hybrid engine, scoring, and PPO
+// updates, and saving the actor, the critic and the EMA).
+func (p PPO) Estimate() (*Estimate, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	dt := p.DType
+	actor, actorLayers, err := trained("actor", p.Actor, false, dt, p.ActorLoRA, p.OnlyLoRA)
+	if err != nil {
+		return nil, fmt.Errorf("--actor-lora-dim/--lora-module-name: %w", err)
+	}
+	critic, criticLayers, err := trained("critic", p.Critic, true, dt, p.CriticLoRA, p.OnlyLoRA)
+	if err != nil {
+		return nil, fmt.Errorf("--critic-lora-dim/--lora-module-name: %w", err)
+	}
+	ref := frozen("reference", p.Actor, false, dt)
+	rm := frozen("reward", p.Reward, true, dt)
+	actor.Checkpointing, critic.Checkpointing = p.ActorCheckpointing, p.Opts.CriticCheckpointing
+
+	// EMA (ppo.NewTrainer): fp32 of the actor's weights unless the base is
+	// frozen, and of its adapters.
+	actorFrozen := p.OnlyLoRA && p.ActorLoRA.Dim > 0
+	if p.Opts.EnableEMA {
+		if !actorFrozen {
+			actor.EMA = int64(actor.Params * kernels.F32.Size())
+		}
+		if p.ActorLoRA.Dim > 0 {
+			lp, _, _ := lora.Size(p.Actor, p.ActorLoRA)
+			actor.EMA += int64(lp * kernels.F32.Size())
+		}
+	}
+
+	par := p.Parallel
+	refStage, rewardStage := 0, 0
+	if par.ActorStage == 3 {
+		refStage = 3
+	}
+	if par.CriticStage == 3 {
+		rewardStage = 3
+	}
+	par.partition(&actor, par.ActorStage)
+	par.partition(&ref, refStage)
+	par.partition(&critic, par.CriticStage)
+	par.partition(&rm, rewardStage)
+
+	// Activations (ppo.Options.ActsPlan), with the other checkpointing
+	// setting for the trained models.
+	seq := p.PromptLen + p.AnswerLen
+	rows := map[string]*Model{"actor": &actor, "reference": &ref, "critic": &critic}
+	conf := map[string]*model.Config{"actor": p.Actor, "reference": p.Actor, "critic": p.Critic}
+	heads := map[string]bool{"critic": true}
+	for _, s := range p.Opts.ActsPlan(p.ActorCheckpointing, p.GenBatch, p.TrainBatch, seq, p.UnsupLen) {
+		a, l := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape)
+		rows[s.Model].Acts += a
+		rows[s.Model].Logits += l
+	}
+	otherOpts := p.Opts
+	otherOpts.CriticCheckpointing = !otherOpts.CriticCheckpointing
+	for _, s := range otherOpts.ActsPlan(!p.ActorCheckpointing, p.GenBatch, p.TrainBatch, seq, p.UnsupLen) {
+		a, _ := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape)
+		if s.Model != "reference" {
+			rows[s.Model].ActsOther += a
+		}
+	}
+	// Adapter activations: the actor's training passes (generation and the
+	// experience forward run on the fused workspace, without adapters);
+	// every critic pass.
+	var loraActs int64
+	if p.ActorLoRA.Dim > 0 {
+		n := min(p.TrainBatch, p.GenBatch) * seq
+		if p.UnsupLen > 0 {
+			n = max(n, p.TrainBatch*p.UnsupLen)
+		}
+		a := int64(lora.ActsBytes(actorLayers, p.ActorLoRA.Dim, n))
+		actor.LoRA += a
+		loraActs += a
+	}
+	if p.CriticLoRA.Dim > 0 {
+		a := int64(lora.ActsBytes(criticLayers, p.CriticLoRA.Dim, p.GenBatch*seq))
+		critic.LoRA += a
+		loraActs += a
+	}
+
+	// Generate mode (hybridengine.GenerateBytes), and the scratch of fusing
+	// LoRA into bf16 weights.
+	// Under ZeRO-3 generation gathers the weights whether or not there are
+	// adapters; tensor parallelism splits them and the KV cache.
+	ws, kc := hybridengine.GenerateBytes(p.Actor, false, dt, p.ActorLoRA.Dim > 0 || par.ActorStage == 3, p.GenBatch, p.PromptLen, p.AnswerLen)
+	if tp := par.InferenceTP; tp > 1 {
+		ws, kc = ws/tp, kc/tp
+	}
+	actor.Workspace, actor.KVCache = int64(ws), int64(kc)
+	var fuse int64
+	if p.ActorLoRA.Dim > 0 {
+		fuse = int64(lora.FuseBytes(p.Actor, p.ActorLoRA, dt))
+	}
+
+	e := &Estimate{Step: "ppo", DType: dtypeName(dt), Models: []Model{actor, ref, critic, rm}}
+	var state, acts int64
+	for _, m := range e.Models {
+		state += m.Weights + m.Master + m.Grads + m.Moments + m.LoRA + m.EMA
+		acts += m.Acts + m.Logits
+	}
+	state -= loraActs
+	gen := int64(ws + kc)
+	kept := int64(0) // what Generate mode keeps through the other phases
+	if p.KeepCache {
+		kept = gen
+	}
+	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true))
+	// Saving fuses LoRA into a copy of the weights, one model at a time.
+	var save int64
+	if p.ActorLoRA.Dim > 0 {
+		save = actor.Weights + fuse
+	}
+	if p.CriticLoRA.Dim > 0 {
+		save = max(save, critic.Weights+int64(lora.FuseBytes(p.Critic, p.CriticLoRA, dt)))
+	}
+	load := loadBuffer(p.Actor, false)
+	e.Transient = []Part{{"loading: host buffer of the largest tensor", load},
+		{"scoring: reward model activations", score}}
+	if fuse > 0 {
+		e.Transient = append(e.Transient, Part{"generation: LoRA fusing scratch", fuse})
+	}
+	if save > 0 {
+		e.Transient = append(e.Transient, Part{"saving: LoRA fused into a copy of the weights", save})
+	}
+	weights := actor.Weights + ref.Weights + critic.Weights + rm.Weights
+	e.Phases = []Phase{
+		{"load", weights + load},
+		{"generate", state + acts + loraActs + gen + fuse},
+		{"score", state + acts + loraActs + kept + score},
+		{"train", state + acts + loraActs + kept},
+		{"save", state + acts + loraActs + kept + save},
+	}
+	e.finish(p.Parallel)
+	return e, nil
+}
+
+func (p PPO) check() error {
+	switch {
+	case p.Actor == nil || p.Critic == nil || p.Reward == nil:
+		return fmt.Errorf("plan: step 3 needs the actor's, the critic's and the reward model's configs")
+	case p.GenBatch < 1 || p.TrainBatch < 1 || p.PromptLen < 1 || p.AnswerLen < 1:
+		return fmt.Errorf("plan: batch sizes and lengths must be >= 1")
+	case p.DType != kernels.F32 && p.DType != kernels.BF16:
+		return fmt.Errorf("plan: parameters in %v (want f32 or bf16)", p.DType)
+	}
+	for _, m := range []struct {
+		name string
+		c    *model.Config
+	}{{"actor", p.Actor}, {"critic", p.Critic}, {"reward model", p.Reward}} {
+		if n := p.PromptLen + p.AnswerLen; n > m.c.MaxPositions {
+			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len = %d exceeds the %s's max_position_embeddings %d", n, m.name, m.c.MaxPositions)
+		}
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/gochat-ai/gochat/hub"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/plan"
@@ -40,7 +41,15 @@ func modelConfig(flag, nameOrDir string) (*model.Config, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s %s: %w", flag, nameOrDir, err)
 	}
-	c, err := model.PresetConfig(nameOrDir)
+	// A Hub name: the cached snapshot's config.json when there is one
+	// (no download before the plan), else the built-in architecture.
+	id := hub.ModelID(nameOrDir)
+	if dir, _, err := hub.Lookup(hub.CacheDir(os.Getenv), hub.Repo{Type: hub.Model, ID: id}, "main"); err == nil {
+		if c, err := model.LoadConfig(filepath.Join(dir, "config.json")); err == nil {
+			return c, nil
+		}
+	}
+	c, err := model.PresetConfig(id)
 	if err != nil {
 		return nil, usageErrorf("%s %s: no config.json there, and not a built-in architecture (%s)", flag, nameOrDir, strings.Join(model.PresetNames(), ", "))
 	}

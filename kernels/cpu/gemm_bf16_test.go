@@ -226,9 +226,10 @@ func TestGemmBF16Blocks(t *testing.T) {
 				}
 			})
 		}
-		// The real blocking: K across kc, N across nc, M across mc.
+		// The real blocking: K across kc (±1, and a large K of several
+		// slices), N across nc, M across mc.
 		kern := im.tile
-		for si, s := range [][3]int{{40, 36, kern.kc + 33}, {33, kern.nc + 40, 20}, {kern.mc + 20, 40, 17}} {
+		for si, s := range [][3]int{{40, 36, kern.kc + 1}, {40, 36, kern.kc - 1}, {20, 20, 3*kern.kc + 37}, {33, kern.nc + 40, 20}, {kern.mc + 20, 40, 17}} {
 			for v := range 4 {
 				sc := gemmTestScalars[(si+v)%len(gemmTestScalars)]
 				g := newBF16Case(r, v&1 != 0, v&2 != 0, s[0], s[1], s[2], 1, sc[0], sc[1], v&1 == 0, true)

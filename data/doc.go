@@ -3,9 +3,10 @@
 //
 // # Reading
 //
-// A Dataset is resolved (Resolve) from a DeepSpeed-Chat dataset name, looked
-// up in the Hugging Face hub cache (datasets--ORG--NAME/snapshots/REV/...), or
-// from a path: one Parquet, JSON (a list of objects) or JSON lines file, or a
+// A Dataset is resolved (Resolve) from a Hub id such as a DeepSpeed-Chat
+// dataset name, found in the Hugging Face cache
+// (datasets--ORG--NAME/snapshots/COMMIT/...) and downloaded into it when
+// absent (package hub), or from a path: one Parquet, JSON (a list of objects) or JSON lines file, or a
 // folder of them with the split in the file or folder names. An Adapter maps
 // the raw columns of each row to a Sample — prompt, chosen and rejected in
 // the canonical "\n\nHuman: ...\n\nAssistant:" / " Human: ... Assistant:"

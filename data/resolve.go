@@ -1,13 +1,15 @@
 package data
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/gochat-ai/gochat/hub"
 )
 
 // Dataset is a resolved dataset: the adapter that reads it and its data files
@@ -80,44 +82,36 @@ type ResolveOptions struct {
 	// Columns is the generic column mapping; empty names default to
 	// "prompt", "chosen" and "rejected".
 	Columns ColumnMap
-	// HubCache is the Hugging Face hub cache directory; "" derives it from
-	// the environment (see HubCacheDir).
+	// Revision is the Hub revision (branch, tag or commit) of a dataset
+	// named by Hub id; "" means main (or the Hub's Parquet conversion when
+	// main has no data files).
+	Revision string
+	// Hub fetches a dataset named by Hub id into the Hugging Face cache
+	// when the cache lacks it (a *hub.Client); nil means the cache only.
+	Hub HubClient
+	// HubCache is the Hugging Face hub cache directory searched when Hub
+	// is nil; "" derives it from the environment (hub.CacheDir).
 	HubCache string
 	// Getenv reads environment variables; nil means os.Getenv.
 	Getenv func(string) string
 }
 
-// HubCacheDir returns the Hugging Face hub cache directory the way
-// huggingface_hub finds it: $HF_HUB_CACHE, else $HF_HOME/hub, else
-// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
-func HubCacheDir(getenv func(string) string) string {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	if d := getenv("HF_HUB_CACHE"); d != "" {
-		return d
-	}
-	if d := getenv("HF_HOME"); d != "" {
-		return filepath.Join(d, "hub")
-	}
-	if d := getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "huggingface", "hub")
-	}
-	home := getenv("HOME")
-	if home == "" {
-		home, _ = os.UserHomeDir()
-	}
-	return filepath.Join(home, ".cache", "huggingface", "hub")
+// HubClient finds a dataset repository's snapshot directory in the Hugging
+// Face cache, downloading it when absent (hub.Client does).
+type HubClient interface {
+	Dataset(ctx context.Context, id, revision string) (dir string, err error)
 }
 
 // Resolve finds a dataset by registry name or path. A path may be a data
 // file (.parquet, .json, .jsonl) or a directory searched recursively; split
 // names come from file or folder names ("data/train-00000-of-00001.parquet",
 // "test.jsonl"), and files with no split name are the train split when no
-// file has one. A registry name that is not a local path is looked up in the
-// Hugging Face hub cache (datasets--ORG--NAME/snapshots/REV/...).
-// local/jsonfile reads data/train.json and data/eval.json under the current
-// directory, or under the given directory with Adapter "local/jsonfile".
+// file has one. A name that is not a local path is a Hub id (ORG/NAME): its
+// snapshot at Revision comes from Hub (the Hugging Face cache, downloading
+// its Parquet or JSON files when absent), or from the cache alone when Hub
+// is nil. local/jsonfile reads data/train.json and data/eval.json under the
+// current directory, or under the given directory with Adapter
+// "local/jsonfile".
 func Resolve(nameOrPath string, o ResolveOptions) (*Dataset, error) {
 	a, err := pickAdapter(nameOrPath, o)
 	if err != nil {
@@ -154,21 +148,32 @@ func Resolve(nameOrPath string, o ResolveOptions) (*Dataset, error) {
 		d.Root = nameOrPath
 		return d, d.discover()
 	}
-	hub := o.HubCache
-	if hub == "" {
-		hub = HubCacheDir(o.Getenv)
-	}
 	org, name, ok := strings.Cut(nameOrPath, "/")
 	if !ok || org == "" || name == "" || strings.Contains(name, "/") {
 		return nil, fmt.Errorf("dataset %s: no such file or directory, and not an ORG/NAME dataset name (registered: %s)", nameOrPath, strings.Join(Names(), ", "))
 	}
-	repo := filepath.Join(hub, "datasets--"+org+"--"+name)
-	snap, err := snapshotDir(repo)
+	snap, err := o.snapshot(nameOrPath)
 	if err != nil {
-		return nil, fmt.Errorf("dataset %s: not a local path and not in the Hugging Face hub cache (%s): %w", nameOrPath, hub, err)
+		return nil, err
 	}
 	d.Root = snap
 	return d, d.discover()
+}
+
+// snapshot finds the snapshot of the dataset repository id.
+func (o ResolveOptions) snapshot(id string) (string, error) {
+	if o.Hub != nil {
+		return o.Hub.Dataset(context.Background(), id, o.Revision)
+	}
+	cache := o.HubCache
+	if cache == "" {
+		cache = hub.CacheDir(o.Getenv)
+	}
+	dir, err := (&hub.Client{Cache: cache}).Cached(hub.Repo{Type: hub.Dataset, ID: id}, o.Revision)
+	if err != nil {
+		return "", fmt.Errorf("dataset %s: not a local path, and %w", id, err)
+	}
+	return dir, nil
 }
 
 func pickAdapter(nameOrPath string, o ResolveOptions) (*Adapter, error) {
@@ -193,35 +198,6 @@ func pickAdapter(nameOrPath string, o ResolveOptions) (*Adapter, error) {
 		m.Rejected = "rejected"
 	}
 	return Generic(m)
-}
-
-// snapshotDir picks the snapshot of a hub cache repository folder: the
-// revision refs/main points at, else the only (or newest) snapshot.
-func snapshotDir(repo string) (string, error) {
-	if b, err := os.ReadFile(filepath.Join(repo, "refs", "main")); err == nil {
-		p := filepath.Join(repo, "snapshots", strings.TrimSpace(string(b)))
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p, nil
-		}
-	}
-	ents, err := os.ReadDir(filepath.Join(repo, "snapshots"))
-	if err != nil {
-		return "", err
-	}
-	best, bestT := "", int64(0)
-	for _, e := range ents {
-		info, err := e.Info()
-		if err != nil || !e.IsDir() {
-			continue
-		}
-		if t := info.ModTime().UnixNano(); best == "" || t > bestT {
-			best, bestT = e.Name(), t
-		}
-	}
-	if best == "" {
-		return "", errors.New("no snapshots")
-	}
-	return filepath.Join(repo, "snapshots", best), nil
 }
 
 // isMetaFile reports JSON files in dataset folders that hold metadata, not

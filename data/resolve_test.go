@@ -1,11 +1,16 @@
 package data
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	hubpkg "github.com/gochat-ai/gochat/hub"
+	"github.com/gochat-ai/gochat/hub/hubtest"
 )
 
 const oneRow = `{"prompt": "\n\nHuman: hi\n\nAssistant:", "chosen": " hello", "rejected": " no"}` + "\n"
@@ -32,22 +37,11 @@ func TestSplitOfPath(t *testing.T) {
 	}
 }
 
-func TestHubCacheDir(t *testing.T) {
-	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
-	for _, c := range []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{"HF_HUB_CACHE": "/c", "HF_HOME": "/hf", "HOME": "/h"}, "/c"},
-		{map[string]string{"HF_HOME": "/hf", "HOME": "/h"}, "/hf/hub"},
-		{map[string]string{"XDG_CACHE_HOME": "/x", "HOME": "/h"}, "/x/huggingface/hub"},
-		{map[string]string{"HOME": "/h"}, "/h/.cache/huggingface/hub"},
-	} {
-		if got := HubCacheDir(env(c.env)); got != c.want {
-			t.Errorf("HubCacheDir(%v) = %s, want %s", c.env, got, c.want)
-		}
-	}
-}
+// Commit hashes of hub cache snapshots.
+var (
+	commitA = strings.Repeat("a1", 20)
+	commitB = strings.Repeat("b2", 20)
+)
 
 // TestResolveHubCache builds a hub cache layout (blobs + symlinked snapshot
 // files, refs/main) and resolves a registry name from it.
@@ -56,8 +50,8 @@ func TestResolveHubCache(t *testing.T) {
 	repo := filepath.Join(hub, "datasets--Dahoas--rm-static")
 	blob := writeFile(t, repo, "blobs/0123abcd", oneRow)
 	writeFile(t, repo, "blobs/4567", oneRow+oneRow)
-	writeFile(t, repo, "refs/main", "abc\n")
-	snap := filepath.Join(repo, "snapshots", "abc")
+	writeFile(t, repo, "refs/main", commitA+"\n")
+	snap := filepath.Join(repo, "snapshots", commitA)
 	if err := os.MkdirAll(filepath.Join(snap, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +63,7 @@ func TestResolveHubCache(t *testing.T) {
 	}
 	writeFile(t, snap, "README.md", "# card")
 	writeFile(t, snap, "dataset_infos.json", `{"default": {}}`)
-	writeFile(t, repo, "snapshots/old/data/train.jsonl", oneRow) // not the refs/main revision
+	writeFile(t, repo, "snapshots/"+commitB+"/data/train.jsonl", oneRow) // not the refs/main revision
 
 	{
 		getenv := func(k string) string {
@@ -99,12 +93,18 @@ func TestResolveHubCache(t *testing.T) {
 			t.Errorf("test rows %d %v", n, err)
 		}
 	}
-	// Without refs/main the newest snapshot is used; HF_HOME/hub is searched.
+	// A commit hash names its snapshot directly.
+	ds, err := Resolve("Dahoas/rm-static", ResolveOptions{HubCache: hub, Revision: commitB})
+	if err != nil || ds.Root != filepath.Join(repo, "snapshots", commitB) {
+		t.Errorf("revision %s: %v %v", commitB, ds, err)
+	}
+	// HF_HOME/hub is searched.
 	home := t.TempDir()
 	repo2 := filepath.Join(home, "hub", "datasets--stanfordnlp--SHP")
-	writeFile(t, repo2, "snapshots/r1/askscience/train.json", oneRow)
-	writeFile(t, repo2, "snapshots/r1/askscience/validation.json", oneRow)
-	ds, err := Resolve("stanfordnlp/SHP", ResolveOptions{Getenv: func(k string) string {
+	writeFile(t, repo2, "refs/main", commitA)
+	writeFile(t, repo2, "snapshots/"+commitA+"/askscience/train.json", oneRow)
+	writeFile(t, repo2, "snapshots/"+commitA+"/askscience/validation.json", oneRow)
+	ds, err = Resolve("stanfordnlp/SHP", ResolveOptions{Getenv: func(k string) string {
 		if k == "HF_HOME" {
 			return home
 		}
@@ -116,11 +116,49 @@ func TestResolveHubCache(t *testing.T) {
 	if ds.Adapter.Name != "stanfordnlp/SHP" || len(ds.Splits["train"]) != 1 || len(ds.Splits["validation"]) != 1 {
 		t.Errorf("SHP: %s %v", ds.Adapter.Name, ds.Splits)
 	}
-	if _, err := Resolve("Nobody/nothing", ResolveOptions{HubCache: hub}); err == nil || !strings.Contains(err.Error(), "hub cache") {
+	if _, err := Resolve("Nobody/nothing", ResolveOptions{HubCache: hub}); !errors.Is(err, hubpkg.ErrNotCached) || !strings.Contains(err.Error(), "not in the Hugging Face cache at "+hub) {
 		t.Errorf("missing dataset: %v", err)
 	}
 	if _, err := Resolve("no-such-thing", ResolveOptions{HubCache: hub}); err == nil || !strings.Contains(err.Error(), "registered") {
 		t.Errorf("bad name: %v", err)
+	}
+}
+
+// TestResolveHubDownload fetches a registry dataset from a fake Hub into
+// the cache: its data files, not its other files, then reads it offline.
+func TestResolveHubDownload(t *testing.T) {
+	s := hubtest.New(t)
+	rows := oneRow + oneRow
+	commit := s.Add("dataset", "Dahoas/rm-static", "main", map[string][]byte{
+		"data/train-00000-of-00001.jsonl": []byte(rows),
+		"data/test-00000-of-00001.jsonl":  []byte(oneRow),
+		"rm_static.py":                    []byte("# script"),
+	})
+	cache := t.TempDir()
+	c := &hubpkg.Client{Cache: cache, Endpoint: s.URL}
+	ds, err := Resolve("Dahoas/rm-static", ResolveOptions{Hub: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(cache, "datasets--Dahoas--rm-static", "snapshots", commit)
+	if ds.Adapter.Name != "Dahoas/rm-static" || ds.Root != snap || len(ds.Splits["train"]) != 1 || len(ds.Splits["test"]) != 1 {
+		t.Fatalf("resolved %s at %s: %v", ds.Adapter.Name, ds.Root, ds.Splits)
+	}
+	if n, err := partRows(ds.Splits["train"]); n != 2 || err != nil {
+		t.Errorf("train rows %d %v", n, err)
+	}
+	s.Close()
+	for _, o := range []ResolveOptions{{HubCache: cache}, {Hub: &hubpkg.Client{Cache: cache, Offline: true}}} {
+		if ds, err := Resolve("Dahoas/rm-static", o); err != nil || ds.Root != snap {
+			t.Errorf("from the cache: %v", err)
+		}
+	}
+	off := &hubpkg.Client{Cache: cache, Offline: true}
+	if _, err := Resolve("Dahoas/full-hh-rlhf", ResolveOptions{Hub: off}); !errors.Is(err, hubpkg.ErrOffline) {
+		t.Errorf("offline, not cached: %v", err)
+	}
+	if _, err := off.Dataset(context.Background(), "Dahoas/rm-static", "v9"); !errors.Is(err, hubpkg.ErrOffline) {
+		t.Errorf("offline, revision not cached: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/lora"
 	"github.com/gochat-ai/gochat/model"
@@ -632,5 +633,56 @@ func TestGenerateBytes(t *testing.T) {
 		if got := held - m.Dev.MemStats().Live; got != int64(ws+kc) {
 			t.Errorf("LoRA %v: Generate mode holds %d bytes, GenerateBytes says %d + %d", withLoRA, got, ws, kc)
 		}
+	}
+}
+
+// TestBF16Engine runs the invariants in mixed precision: bf16 base weights
+// and fp32 LoRA adapters. The inference workspace is bf16 (no fp32 copy of
+// the weights); its full forward is within bf16 rounding of W + B·A of the
+// Train-mode logits; KV-cache decoding in it equals its own full forward;
+// the base weights are bit-identical afterwards.
+func TestBF16Engine(t *testing.T) {
+	for _, name := range goldenModels {
+		t.Run(name, func(t *testing.T) {
+			dev, err := cpu.New(cpu.Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{DType: kernels.BF16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := append(cpu.BF16(nil), m.Params.Flat.(cpu.BF16)...)
+			lo := newLoRA(t, m, 5)
+			e := newEngine(t, m, lo, Options{MaxAnswerLen: 2, Sample: greedy})
+			tm, err := e.Model()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := leftPad(m, randomPrompts(m, 1, 14, 9, 3), 14)
+			train := forwardLogits(t, tm, p.IDs, p.Mask, p.B, p.T)
+			if err := e.EnterGenerate(); err != nil {
+				t.Fatal(err)
+			}
+			im, err := e.InferenceModel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if im.Params.Flat.DType() != kernels.BF16 {
+				t.Fatalf("inference workspace is %v, want bf16", im.Params.Flat.DType())
+			}
+			full := forwardLogits(t, im, p.IDs, p.Mask, p.B, p.T)
+			if d := maxRelDiff(full, train); d > 2e-2 {
+				t.Errorf("fused bf16 workspace vs Train mode: max rel %.3g > 2e-2", d)
+			}
+			V := m.Config.VocabSize
+			if d := maxRelDiff(realPositions(cachedLogits(t, e, p, 5), p.Mask, V), realPositions(full, p.Mask, V)); d > 1e-5 {
+				t.Errorf("KV-cache decoding vs the workspace's full forward: max rel %.3g > 1e-5", d)
+			}
+			e.Train()
+			if !slices.Equal(m.Params.Flat.(cpu.BF16), before) {
+				t.Error("base weights changed")
+			}
+		})
 	}
 }

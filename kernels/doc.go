@@ -33,6 +33,31 @@
 // parameter gradients before a step and zero an accumulated activation
 // gradient before its first contribution.
 //
+// # Precision
+//
+// Mixed precision is what DeepSpeed's bf16 mode and PyTorch's autocast
+// mean by it. Activations, gradients, optimizer state and every index
+// buffer are F32 (I32); only weight operands may be BF16: the weight and
+// bias of MatmulForward, the weight of MatmulBackward, the table of
+// EmbeddingForward, the weight and bias of LayerNormForward/Backward, the
+// bias of AddBias, Add's b, and A or B of Gemm. A matmul with a BF16 weight
+// (a Gemm with a BF16 operand) is a bf16 matmul: every product's inputs
+// are rounded to bf16 (round to nearest even; F32 operands are rounded as
+// they are read) and the products are accumulated in fp32 into an F32
+// output. In MatmulBackward both products (dinp and dweight) are bf16
+// matmuls; dbias sums dout unrounded. Other ops widen their BF16 operands
+// to fp32 (exact) and compute in fp32: LayerNorm, softmax, attention,
+// losses and log-probabilities never see bf16 values except weights.
+// Copy, WriteF32 and ReadF32 convert between F32 and BF16 (rounding to
+// nearest even, widening exactly).
+//
+// # Memory
+//
+// Alloc returns an error (an *OutOfMemoryError when the memory is not
+// there) rather than failing later, and Free returns a buffer; MemStats
+// reports the live and peak bytes. Code that allocates on a device frees
+// what it no longer needs and passes allocation errors up.
+//
 // # Masks
 //
 // An attention mask is an I32 buffer [B,T] with 1 for a real token and 0 for

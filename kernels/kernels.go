@@ -99,9 +99,26 @@ type OutOfMemoryError struct {
 
 func (e *OutOfMemoryError) Error() string {
 	if e.Limit > 0 {
-		return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live exceeds the limit of %s", e.Device, gib(e.Want), gib(e.Live), gib(e.Limit))
+		return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live exceeds the limit of %s", e.Device, byteSize(e.Want), byteSize(e.Live), byteSize(e.Limit))
 	}
-	return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live", e.Device, gib(e.Want), gib(e.Live))
+	return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live", e.Device, byteSize(e.Want), byteSize(e.Live))
 }
 
-func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
+// byteSize writes b bytes in the largest binary unit that keeps the value
+// at least 1 (1536 -> "1.50 KiB"), so a size is readable at any scale (in
+// GiB alone every buffer under 5 MiB read "0.00 GiB").
+func byteSize(b int64) string {
+	if b < 1024 && b > -1024 {
+		return fmt.Sprintf("%d B", b)
+	}
+	v := float64(b) / 1024
+	unit := "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB", "PiB"} {
+		if v < 1024 && v > -1024 {
+			break
+		}
+		v /= 1024
+		unit = u
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
+}

@@ -3,6 +3,9 @@ package kernels
 // Ops are the numerical operations of a backend. Unless a comment says
 // otherwise every buffer is F32, contiguous and row-major, and index buffers
 // (ids, targets, mask) are I32. Optional buffers may be nil where noted.
+// Weight operands may also be BF16, as the package doc's Precision section
+// says: a BF16 operand makes Gemm, MatmulForward and MatmulBackward bf16
+// matmuls (inputs rounded to bf16, fp32 accumulation).
 type Ops interface {
 	// Gemm computes C = alpha·op(A)·op(B) + beta·C where op(A) is [m,k] and
 	// op(B) is [k,n]; op(X) is X or Xᵀ as transA/transB say. A is stored
@@ -12,7 +15,7 @@ type Ops interface {
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a Buffer, lda int, b Buffer, ldb int, beta float32, c Buffer, ldc int)
 
 	// MatmulForward: out[N,OC] = inp[N,C]·weight[OC,C]ᵀ + bias[OC].
-	// bias may be nil.
+	// bias may be nil. weight and bias are F32, or BF16 (a bf16 matmul).
 	MatmulForward(out, inp, weight, bias Buffer, n, c, oc int)
 	// MatmulBackward, for MatmulForward:
 	// dinp[N,C] = dout·weight (overwrites; skipped when dinp is nil),
@@ -20,7 +23,7 @@ type Ops interface {
 	// dbias[OC] += Σ_rows dout (skipped when nil).
 	MatmulBackward(dinp, dweight, dbias, dout, inp, weight Buffer, n, c, oc int)
 
-	// AddBias: out[N,C] += bias[C] for every row.
+	// AddBias: out[N,C] += bias[C] (F32 or BF16) for every row.
 	AddBias(out, bias Buffer, n, c int)
 	// Add: out[i] = a[i] + b[i] for i < n. out may alias a or b. b may be
 	// BF16 (widened; the EMA of bf16 weights).
@@ -28,14 +31,15 @@ type Ops interface {
 	// Scale: x[i] *= s for i < n.
 	Scale(x Buffer, s float32, n int)
 
-	// EmbeddingForward: out[N,C] = table[ids[i], :] for each row i.
+	// EmbeddingForward: out[N,C] = table[ids[i], :] for each row i; the
+	// table is F32 or BF16 (widened).
 	EmbeddingForward(out, ids, table Buffer, n, c int)
 	// EmbeddingBackward: dtable[ids[i], :] += dout[i, :] (accumulates).
 	EmbeddingBackward(dtable, dout, ids Buffer, n, c int)
 
 	// LayerNormForward normalises each row of inp[N,C] with eps:
 	// out = (inp-mean)·rstd·weight + bias, saving mean[N] and rstd[N].
-	// weight and bias may be nil (no elementwise affine).
+	// weight and bias may be nil (no elementwise affine), F32 or BF16.
 	LayerNormForward(out, mean, rstd, inp, weight, bias Buffer, n, c int, eps float32)
 	// LayerNormBackward: dinp[N,C] += (accumulates: the residual stream),
 	// dweight[C] += and dbias[C] += (skipped when nil).

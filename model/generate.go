@@ -182,6 +182,7 @@ func (m *Model) GenerateStream(prompts [][]int32, maxNew int, s *Sampler, onToke
 	if err != nil {
 		return nil, err
 	}
+	defer kc.Free()
 	ids, mask := make([]int32, B*T0), make([]int32, B*T0)
 	for b, p := range prompts {
 		pad := T0 - len(p)

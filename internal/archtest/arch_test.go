@@ -78,6 +78,8 @@ func violation(name, imp string) string {
 		return "tokenizer imports no project package"
 	case under(name, "dist") && !under(imp, "dist", "kernels"):
 		return "dist imports no project package but kernels"
+	case under(name, "hub") && !under(imp, "hub", "internal/atomicfile"):
+		return "hub imports no project package but internal/atomicfile (data and internal/cli import it)"
 	case under(imp, "kernels/cpu", "kernels/cuda") && !under(name, "internal/cli", "cmd/gochat"):
 		return "only internal/cli and cmd/gochat construct concrete backends"
 	case under(name, "model") && under(imp, "zero", "dist", "train", "hybridengine", "sft", "reward", "ppo"):
@@ -128,7 +130,7 @@ func TestRequiredLayout(t *testing.T) {
 		have[rel(p.ImportPath)] = true
 	}
 	for _, want := range []string{"cmd/gochat", "internal/cli", "kernels", "kernels/cpu", "model", "tensor", "sft", "reward",
-		"ppo", "hybridengine", "zero", "lora", "tokenizer", "data", "recipes", "dist", "optim", "train"} {
+		"ppo", "hybridengine", "zero", "lora", "tokenizer", "data", "recipes", "dist", "optim", "train", "hub"} {
 		if !have[want] {
 			t.Errorf("package %s is missing", want)
 		}
@@ -152,6 +154,11 @@ func TestViolationTable(t *testing.T) {
 		{"sft", "ppo", true},
 		{"tokenizer", "data", true},
 		{"dist/mpi", "dist", false},
+		{"hub", "internal/atomicfile", false},
+		{"hub/hubtest", "hub", false},
+		{"hub", "data", true},
+		{"hub", "model", true},
+		{"data", "hub", false},
 	} {
 		if got := violation(c.name, c.imp) != ""; got != c.bad {
 			t.Errorf("violation(%s -> %s) = %v, want %v", c.name, c.imp, got, c.bad)

@@ -28,7 +28,7 @@ func newBenchCmd(g *Globals) *cobra.Command {
 		Short: "Measure kernel and training throughput",
 		Long:  "Reproducible performance figures: GEMM GFLOP/s and training tokens/s on random data.",
 	}
-	cmd.AddCommand(newBenchMatmulCmd(g, nil), newBenchTrainCmd(g, nil), newBenchSFTCmd(g, nil))
+	cmd.AddCommand(newBenchMatmulCmd(g, nil), newBenchTrainCmd(g, nil), newBenchSFTCmd(g, nil), newBenchDecodeCmd(g, nil))
 	return cmd
 }
 

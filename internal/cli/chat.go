@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"cmp"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -18,6 +17,7 @@ type ChatOptions struct {
 	g            *Globals
 	Model        string
 	Tokenizer    string
+	Revision     string
 	MaxNewTokens int
 	DType        string
 	Sample       model.SampleOptions
@@ -26,7 +26,7 @@ type ChatOptions struct {
 func newChatCmd(g *Globals, runF func(*ChatOptions) error) *cobra.Command {
 	opts := &ChatOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "chat --model DIR",
+		Use:   "chat --model DIR|HUB_ID",
 		Short: "Talk with a model, turn by turn, in the Human:/Assistant: format",
 		Long: `Multi-turn chat with a model in the format it was trained on:
 "\n\nHuman: <your line>\n\nAssistant:". Answers stream token by token and stop at
@@ -53,8 +53,9 @@ an answer become spaces).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory")
-	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
+	f.StringVar(&opts.Model, "model", "", "model: a Hugging Face model directory, a Hub id or a short form (1.3b)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id (default: --model)")
+	f.StringVar(&opts.Revision, "revision", "", "Hub revision (branch, tag or commit) of a model named by Hub id (default main)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 128, "most tokens per answer")
 	bindDType(f, &opts.DType)
 	bindSampleFlags(f, &opts.Sample)
@@ -73,11 +74,15 @@ func runChat(opts *ChatOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no", DType: dt})
+	modelDir, tokDir, err := resolveModelTokenizer(opts.g, opts.Model, opts.Tokenizer, opts.Revision)
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model))
+	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "no", DType: dt})
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func TestGenerateFlags(t *testing.T) {
 
 func TestGenerateJSON(t *testing.T) {
 	dir := filepath.Join("..", "..", "model", "testdata", "golden", "preln")
-	out, errOut, code := run(t, "--log-format", "json", "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "5", "--json")
+	out, errOut, code := run(t, "--log-format", "json", "generate", "--model", dir, "--prompt-ids", "2,10,20,30", "--max-new-tokens", "5", "--json", "--dtype", "fp32")
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
@@ -302,5 +302,32 @@ func TestGenerateClampsMaxNewTokens(t *testing.T) {
 	ids := strings.TrimSuffix(strings.Repeat("5,", 16), ",")
 	if _, errOut, code := run(t, "generate", "--model", dir, "--prompt-ids", ids); code == 0 || !strings.Contains(errOut, "at most 16 positions") {
 		t.Errorf("a 16-token prompt: code %d, %q", code, errOut)
+	}
+}
+
+// TestBenchDecode runs the decoding benchmark for both precisions in one
+// process on the tiny golden architecture.
+func TestBenchDecode(t *testing.T) {
+	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "preln", "config.json")
+	out, errOut, code := run(t, "bench", "decode", "--model", cfg, "--dtype", "fp32,bf16", "--prompt", "3", "--new", "4", "--runs", "1", "--json")
+	if code != 0 {
+		t.Fatalf("code %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 JSON lines, got %q", out)
+	}
+	for i, want := range []string{"f32", "bf16"} {
+		var r struct {
+			DType  string  `json:"dtype"`
+			TPS    float64 `json:"decode_tokens_per_sec"`
+			Weight int     `json:"weight_bytes"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.DType != want || r.TPS <= 0 || r.Weight <= 0 {
+			t.Errorf("line %d: %q (%v)", i, lines[i], err)
+		}
+	}
+	if _, errOut, code := run(t, "bench", "decode", "--model", cfg, "--dtype", "fp16"); code != 2 || !strings.Contains(errOut, "--dtype") {
+		t.Errorf("--dtype fp16: code %d, %q", code, errOut)
 	}
 }

@@ -18,8 +18,10 @@ import (
 type DataInspectOptions struct {
 	g       *Globals
 	Dataset string // registry name or path
-	// Tokenizer is a Hugging Face model or tokenizer directory; "" skips
-	// token statistics.
+	// Revision is the Hub revision of a dataset named by Hub id.
+	Revision string
+	// Tokenizer is a Hugging Face model or tokenizer directory or Hub id;
+	// "" skips token statistics.
 	Tokenizer       string
 	DataSplit       string
 	Seed            uint32
@@ -47,7 +49,7 @@ func newDataCmd(g *Globals, runF func(*DataInspectOptions) error) *cobra.Command
 func newDataInspectCmd(g *Globals, runF func(*DataInspectOptions) error) *cobra.Command {
 	opts := &DataInspectOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "inspect NAME|PATH [--tokenizer DIR] [--data-split 2,4,4] [--seed N]",
+		Use:   "inspect NAME|PATH [--tokenizer DIR|HUB_ID] [--data-split 2,4,4] [--seed N]",
 		Short: "Show a dataset's schema, phase split, dropped rows, token lengths and examples",
 		Long: `Read a dataset the way the three training phases will and report: its files and
 schema, the rows each phase gets from --data-split (train and eval parts), how
@@ -56,9 +58,10 @@ cell of the wrong type, invalid UTF-8, a missing key; too long: a phase-3 prompt
 over --max-prompt-seq-len), token-length percentiles, and the first examples of
 every phase.
 
-NAME is a DeepSpeed-Chat dataset name (` + strings.Join(data.Names(), ", ") + `),
+NAME is a Hub id, such as a DeepSpeed-Chat dataset name (` + strings.Join(data.Names(), ", ") + `),
 found in the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
-~/.cache/huggingface/hub). PATH is a .parquet, .json or .jsonl file or a folder
+~/.cache/huggingface/hub) and downloaded into it when absent (its Parquet
+files; HF_HUB_OFFLINE=1 forbids it). PATH is a .parquet, .json or .jsonl file or a folder
 of them (splits from the file names: train-00000-of-00001.parquet, test.jsonl).
 A path whose name contains a registered dataset name uses its adapter, as
 DeepSpeed-Chat does; --adapter forces one; other files use the column mapping.
@@ -95,7 +98,8 @@ truncated sequences are not reported.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Tokenizer, "tokenizer", "", "Hugging Face model or tokenizer directory (enables token statistics)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "Hugging Face model or tokenizer directory or Hub id (enables token statistics)")
+	f.StringVar(&opts.Revision, "revision", "", "Hub revision (branch, tag or commit) of a dataset named by Hub id (default main)")
 	f.StringVar(&opts.DataSplit, "data-split", "2,4,4", "proportions of the rows for phases 1, 2 and 3")
 	f.Uint32Var(&opts.Seed, "seed", 1234, "seed of the phase split (DeepSpeed-Chat's default is 1234)")
 	f.IntVar(&opts.MaxSeqLen, "max-seq-len", 512, "sequence length of phases 1 and 2 (longer is truncated)")
@@ -150,7 +154,7 @@ func loadDataTokenizer(dir string, threads int) (tok dataTokenizer, eos, pad int
 }
 
 func runDataInspect(opts *DataInspectOptions) error {
-	ds, err := data.Resolve(opts.Dataset, data.ResolveOptions{Adapter: opts.Adapter, Columns: opts.Columns})
+	ds, err := data.Resolve(opts.Dataset, hubData(opts.g, data.ResolveOptions{Adapter: opts.Adapter, Columns: opts.Columns}, opts.Revision))
 	if err != nil {
 		return err
 	}
@@ -162,7 +166,11 @@ func runDataInspect(opts *DataInspectOptions) error {
 		iopts.Examples = -1 // none
 	}
 	if opts.Tokenizer != "" {
-		tok, eos, _, _, err := loadDataTokenizer(opts.Tokenizer, opts.g.Threads)
+		dir, err := resolveModel(opts.g, opts.Tokenizer, "")
+		if err != nil {
+			return err
+		}
+		tok, eos, _, _, err := loadDataTokenizer(dir, opts.g.Threads)
 		if err != nil {
 			return err
 		}

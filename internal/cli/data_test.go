@@ -144,7 +144,14 @@ func TestDataInspectTokenizer(t *testing.T) {
 func TestDataInspectHubCache(t *testing.T) {
 	needShared(t, dataSampleDir)
 	hub := t.TempDir()
-	snap := filepath.Join(hub, "datasets--Dahoas--rm-static", "snapshots", "0123")
+	commit := strings.Repeat("0123", 10)
+	snap := filepath.Join(hub, "datasets--Dahoas--rm-static", "snapshots", commit)
+	if err := os.MkdirAll(filepath.Join(hub, "datasets--Dahoas--rm-static", "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hub, "datasets--Dahoas--rm-static", "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for src, dst := range map[string]string{"sample.parquet": "train-00000-of-00001.parquet", "sample.jsonl": "test-00000-of-00001.jsonl"} {
 		b, err := os.ReadFile(filepath.Join(dataSampleDir, src))
 		if err != nil {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -19,6 +18,7 @@ type GenerateOptions struct {
 	g            *Globals
 	Model        string
 	Tokenizer    string
+	Revision     string
 	PromptIDs    string
 	Prompt       string
 	MaxNewTokens int
@@ -32,7 +32,7 @@ func newGenerateCmd(g *Globals, runF func(*GenerateOptions) error) *cobra.Comman
 	opts := &GenerateOptions{g: g}
 	var greedy bool
 	cmd := &cobra.Command{
-		Use:   "generate --model DIR (--prompt-ids 2,100,200 | --prompt TEXT)",
+		Use:   "generate --model DIR|HUB_ID (--prompt-ids 2,100,200 | --prompt TEXT)",
 		Short: "Continue a prompt with a model (KV-cache decoding)",
 		Long: `Continue a prompt with a Hugging Face model directory. Greedy decoding is the
 default; --temperature, --top-k or --top-p switch to sampling (seeded by --seed).
@@ -75,11 +75,12 @@ of tokens[i] under the full softmax at temperature 1.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Model, "model", "", "Hugging Face model directory (config.json + weights)")
+	f.StringVar(&opts.Model, "model", "", "model: a Hugging Face directory (config.json + weights), a Hub id or a short form (1.3b)")
+	f.StringVar(&opts.Revision, "revision", "", "Hub revision (branch, tag or commit) of a model named by Hub id (default main)")
 	bindDType(f, &opts.DType)
 	f.StringVar(&opts.PromptIDs, "prompt-ids", "", "comma-separated prompt token ids")
 	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (tokenized with the model's tokenizer)")
-	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory for --prompt (default: --model)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id for --prompt (default: --model)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 32, "most tokens to generate")
 	f.BoolVar(&greedy, "greedy", false, "pick the most likely token (the default)")
 	bindSampleFlags(f, &opts.Sample)
@@ -108,13 +109,23 @@ func runGenerate(opts *GenerateOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "no", DType: dt})
+	modelDir, err := resolveModel(opts.g, opts.Model, opts.Revision)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "no", DType: dt})
 	if err != nil {
 		return err
 	}
 	var tok *tokenizer.Tokenizer
 	if opts.Prompt != "" {
-		if tok, err = tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model)); err != nil {
+		tokDir := modelDir
+		if opts.Tokenizer != "" {
+			if tokDir, err = resolveModel(opts.g, opts.Tokenizer, opts.Revision); err != nil {
+				return err
+			}
+		}
+		if tok, err = tokenizer.Load(tokDir); err != nil {
 			return err
 		}
 		opts.ids = tok.Encode(opts.Prompt, true)

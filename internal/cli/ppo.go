@@ -70,7 +70,12 @@ type PPOOptions struct {
 	EndText           string
 	UnsupData         string
 	UnsupColumn       string
+	Revision          string `json:",omitempty"`
+	DataRevision      string `json:",omitempty"`
 	split             data.Split
+	// The local directories of Actor, Critic, Reward and Tokenizer (Hub
+	// snapshots for Hub ids).
+	actorDir, criticDir, rewardDir, tokDir string
 	// check grades an answer to a prompt (a recipe generator's checker);
 	// with it, each round logs answer_accuracy, the fraction of sampled
 	// answers that are right. ok is false for a prompt it cannot grade.
@@ -80,7 +85,7 @@ type PPOOptions struct {
 func newPPOCmd(g *Globals, runF func(*PPOOptions) error) *cobra.Command {
 	o := &PPOOptions{g: g, Config: ppo.DefaultConfig()}
 	cmd := &cobra.Command{
-		Use:   "ppo --actor SFT_DIR --critic REWARD_DIR --data NAME|PATH... --output-dir DIR",
+		Use:   "ppo --actor SFT_DIR --critic REWARD_DIR [--reward DIR|HUB_ID] --data NAME|PATH... --output-dir DIR",
 		Short: "Step 3: PPO with the hybrid engine (actor, frozen reference, critic, frozen reward model)",
 		Long: `Step 3 of RLHF: the actor (from step 1) generates answers to the phase-3
 prompts through the hybrid engine; the frozen reference (a copy of the actor),
@@ -101,7 +106,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 			case o.Actor == "" || o.Critic == "":
 				return usageErrorf("--actor and --critic are required")
 			case len(o.Data) == 0 && !estimate:
-				return usageErrorf("--data is required")
+				return usageErrorf("--data is empty")
 			case o.OutputDir == "" && !estimate:
 				return usageErrorf("--output-dir is required")
 			case o.OnlyLoRA && o.ActorLoRADim == 0 && o.CriticLoRADim == 0:
@@ -148,12 +153,14 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Actor, "actor", "", "step-1 model directory (the actor and the frozen reference)")
+	f.StringVar(&o.Actor, "actor", "", "step-1 model (the actor and the frozen reference): a directory or a Hub id")
 	bindDType(f, &o.DType)
-	f.StringVar(&o.Critic, "critic", "", "step-2 model directory (the critic's starting point)")
-	f.StringVar(&o.Reward, "reward", "", "reward model directory (default: --critic)")
-	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --actor)")
-	f.StringSliceVar(&o.Data, "data", nil, "prompt datasets (their phase-3 slice)")
+	f.StringVar(&o.Critic, "critic", "", "step-2 model (the critic's starting point): a directory or a Hub id")
+	f.StringVar(&o.Reward, "reward", "", "reward model: a directory or a Hub id (default: --critic)")
+	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id (default: --actor)")
+	f.StringVar(&o.Revision, "revision", "", "Hub revision (branch, tag or commit) of the models named by Hub id (default main)")
+	f.StringSliceVar(&o.Data, "data", []string{defaultData}, "prompt datasets (their phase-3 slice): Hub ids or files/folders")
+	f.StringVar(&o.DataRevision, "data-revision", "", "Hub revision of the --data datasets named by Hub id (default main)")
 	f.StringVar(&o.DataSplit, "data-split", "2,4,4", "proportions of the rows for steps 1, 2 and 3")
 	f.IntVar(&o.GenBatch, "per-device-generation-batch-size", 16, "prompts per generation batch")
 	f.IntVar(&o.TrainBatch, "per-device-training-batch-size", 16, "experience rows per PPO micro-batch")
@@ -228,10 +235,13 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
 		}
 	}
+	var err error
+	if err := o.resolveModels(); err != nil {
+		return err
+	}
 	if err := o.preflight(); err != nil {
 		return err
 	}
-	var err error
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err
 	}
@@ -249,19 +259,19 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	load := func(dir, vh string) (*model.Model, error) {
 		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: wdt})
 	}
-	actor, err := load(o.Actor, "no")
+	actor, err := load(o.actorDir, "no")
 	if err != nil {
 		return err
 	}
-	ref, err := load(o.Actor, "no")
+	ref, err := load(o.actorDir, "no")
 	if err != nil {
 		return err
 	}
-	critic, err := load(o.Critic, "yes")
+	critic, err := load(o.criticDir, "yes")
 	if err != nil {
 		return err
 	}
-	rm, err := load(o.Reward, "yes")
+	rm, err := load(o.rewardDir, "yes")
 	if err != nil {
 		return err
 	}
@@ -285,7 +295,7 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		return err
 	}
 	models := ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm}
-	dt, tokEOS, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
+	dt, tokEOS, pad, fp, err := loadDataTokenizer(o.tokDir, o.g.Threads)
 	if err != nil {
 		return err
 	}
@@ -342,6 +352,20 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 	return nil
 }
 
+// resolveModels finds the local directories of the actor, critic, reward
+// model and tokenizer (downloading Hub ids the cache lacks).
+func (o *PPOOptions) resolveModels() error {
+	var err error
+	if o.actorDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Actor, o.Tokenizer, o.Revision); err != nil {
+		return err
+	}
+	if o.criticDir, err = resolveModel(o.g, o.Critic, o.Revision); err != nil {
+		return err
+	}
+	o.rewardDir, err = resolveModel(o.g, o.Reward, o.Revision)
+	return err
+}
+
 // rewardSequence is what step 3's reward model scores for a prompt and
 // an answer (ids): the texts joined with the end text and tokenized as
 // one, as step 2 trained it and as `gochat score` scores text.
@@ -382,7 +406,7 @@ func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos 
 
 // loadUnsupervised loads --unsupervised-dataset.
 func (o *PPOOptions) loadUnsupervised(dopts data.Options) (*data.Set, error) {
-	ds, err := data.Resolve(o.UnsupData, data.ResolveOptions{})
+	ds, err := data.Resolve(o.UnsupData, hubData(o.g, data.ResolveOptions{}, ""))
 	if err != nil {
 		return nil, fmt.Errorf("--unsupervised-dataset: %w", err)
 	}
@@ -400,7 +424,7 @@ func (o *PPOOptions) loadUnsupervised(dopts data.Options) (*data.Set, error) {
 
 // loadPrompts builds the phase-3 prompts.
 func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
-	dss, err := resolveData(o.Data, data.ResolveOptions{})
+	dss, err := resolveData(o.Data, hubData(o.g, data.ResolveOptions{}, o.DataRevision))
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +445,7 @@ func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, cri
 		return err
 	}
 	save := func(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir string) error {
-		return saveModelDir(m, lo, loraParams, dir, o.Tokenizer)
+		return saveModelDir(m, lo, loraParams, dir, o.tokDir)
 	}
 	if err := save(actor, actorLoRA, nil, filepath.Join(o.OutputDir, "actor")); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 
@@ -18,6 +17,7 @@ type ScoreOptions struct {
 	g         *Globals
 	Model     string
 	Tokenizer string
+	Revision  string
 	Prompt    string
 	Answers   []string
 	EndText   string
@@ -28,7 +28,7 @@ type ScoreOptions struct {
 func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
 	opts := &ScoreOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "score --model REWARD_DIR --prompt TEXT --answer TEXT [--answer TEXT ...]",
+		Use:   "score --model REWARD_DIR|HUB_ID --prompt TEXT --answer TEXT [--answer TEXT ...]",
 		Short: "Score answers to a prompt with a reward model (step 2's output)",
 		Long: `Score answers with a reward model, as DeepSpeed-Chat's rw_eval.py does: each
 answer is appended to the prompt, followed by --end-text, and the text is
@@ -52,9 +52,10 @@ one object {"prompt", "answers", "scores"}.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Model, "model", "", "reward model directory (config.json + weights with a value head)")
+	f.StringVar(&opts.Model, "model", "", "reward model (config.json + weights with a value head): a directory or a Hub id")
 	bindDType(f, &opts.DType)
-	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id (default: --model)")
+	f.StringVar(&opts.Revision, "revision", "", "Hub revision (branch, tag or commit) of a model named by Hub id (default main)")
 	f.StringVar(&opts.Prompt, "prompt", "", `prompt text, e.g. "\n\nHuman: ...\n\nAssistant:"`)
 	f.StringArrayVar(&opts.Answers, "answer", nil, "an answer to score (repeat the flag for several)")
 	f.StringVar(&opts.EndText, "end-text", data.DefaultEndText, "text appended to each answer, as in step 2 (\"\" for none)")
@@ -71,11 +72,15 @@ func runScore(opts *ScoreOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, opts.Model, model.LoadOptions{ValueHead: "yes", DType: dt})
+	modelDir, tokDir, err := resolveModelTokenizer(opts.g, opts.Model, opts.Tokenizer, opts.Revision)
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(cmp.Or(opts.Tokenizer, opts.Model))
+	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "yes", DType: dt})
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
 		return err
 	}

@@ -69,13 +69,18 @@ type StageOptions struct {
 	Adapter       string   `json:"adapter,omitempty"`
 	SkipPreflight bool     `json:"-"`
 	Columns       data.ColumnMap
+	Revision      string `json:"revision,omitempty"`
+	DataRevision  string `json:"data_revision,omitempty"`
 	split         data.Split
+	// modelDir and tokDir are the local directories of Model and Tokenizer
+	// (Hub snapshots for Hub ids).
+	modelDir, tokDir string
 }
 
 func newSFTCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
 	opts := &StageOptions{g: g, Step: 1}
 	cmd := &cobra.Command{
-		Use:   "sft --model DIR --data NAME|PATH... --output-dir DIR",
+		Use:   "sft --model DIR|HUB_ID --data NAME|PATH... --output-dir DIR",
 		Short: "Step 1: supervised fine-tuning on prompt+chosen texts",
 		Long: `Step 1 of RLHF: fine-tune a causal LM on prompt+chosen responses (the phase-1
 slice of --data-split). The output directory receives a Hugging Face model
@@ -102,7 +107,7 @@ to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.`,
 func newRewardCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
 	opts := &StageOptions{g: g, Step: 2}
 	cmd := &cobra.Command{
-		Use:   "reward --model DIR --data NAME|PATH... --output-dir DIR",
+		Use:   "reward --model DIR|HUB_ID --data NAME|PATH... --output-dir DIR",
 		Short: "Step 2: train a reward model on chosen/rejected pairs",
 		Long: `Step 2 of RLHF: a reward model (the decoder plus a value head v_head, one scalar
 per token) trained with the pairwise loss over the span where chosen and
@@ -119,10 +124,12 @@ metrics, plots and checkpoint/ as for sft.`,
 
 func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f := cmd.Flags()
-	f.StringVar(&o.Model, "model", "", "Hugging Face model directory to start from")
+	f.StringVar(&o.Model, "model", "", "model to start from: a directory, a Hub id (facebook/opt-1.3b) or a short form (1.3b, opt-350m)")
 	bindDType(f, &o.DType)
-	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory (default: --model)")
-	f.StringSliceVar(&o.Data, "data", nil, "datasets: DeepSpeed-Chat names or files/folders (repeat or comma-separate)")
+	f.StringVar(&o.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id (default: --model)")
+	f.StringVar(&o.Revision, "revision", "", "Hub revision (branch, tag or commit) of models named by Hub id (default main)")
+	f.StringSliceVar(&o.Data, "data", []string{defaultData}, "datasets: Hub ids such as DeepSpeed-Chat's names, or files/folders (repeat or comma-separate)")
+	f.StringVar(&o.DataRevision, "data-revision", "", "Hub revision of the --data datasets named by Hub id (default main)")
 	f.StringVar(&o.DataSplit, "data-split", "2,4,4", "proportions of the rows for steps 1, 2 and 3")
 	f.IntVar(&o.MaxSeqLen, "max-seq-len", 512, "sequence length (longer is truncated)")
 	f.IntVar(&o.TrainBatch, "per-device-train-batch-size", 16, "examples per micro-batch")
@@ -169,7 +176,7 @@ func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error)
 	case o.Model == "":
 		return usageErrorf("--model is required")
 	case len(o.Data) == 0 && !estimate:
-		return usageErrorf("--data is required")
+		return usageErrorf("--data is empty")
 	case o.OutputDir == "" && !estimate:
 		return usageErrorf("--output-dir is required")
 	case o.LoRADim < 0:
@@ -278,10 +285,13 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 func runStage(ctx context.Context, o *StageOptions) error {
 	log := o.g.Log
 	start := time.Now()
+	var err error
+	if o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision); err != nil {
+		return err
+	}
 	if err := o.preflight(); err != nil {
 		return err
 	}
-	var err error
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err
 	}
@@ -299,7 +309,7 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, o.Model, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: dt})
+	m, err := model.Load(dev, o.modelDir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: dt})
 	if err != nil {
 		return err
 	}
@@ -375,14 +385,14 @@ func runStage(ctx context.Context, o *StageOptions) error {
 
 // loadData builds the step's training and evaluation examples.
 func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, err error) {
-	tok, eos, pad, fp, err := loadDataTokenizer(o.Tokenizer, o.g.Threads)
+	tok, eos, pad, fp, err := loadDataTokenizer(o.tokDir, o.g.Threads)
 	if err != nil {
 		return nil, nil, err
 	}
 	if int(eos) >= m.Config.VocabSize || int(pad) >= m.Config.VocabSize {
 		return nil, nil, fmt.Errorf("tokenizer %s: special ids exceed the model's vocabulary (%d)", o.Tokenizer, m.Config.VocabSize)
 	}
-	dss, err := resolveData(o.Data, data.ResolveOptions{Adapter: o.Adapter, Columns: o.Columns})
+	dss, err := resolveData(o.Data, hubData(o.g, data.ResolveOptions{Adapter: o.Adapter, Columns: o.Columns}, o.DataRevision))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -407,7 +417,7 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 // saveModel writes the trained model (LoRA fused in) and the tokenizer
 // files to --output-dir.
 func (o *StageOptions) saveModel(m *model.Model, lo *lora.LoRA) error {
-	return saveModelDir(m, lo, nil, o.OutputDir, o.Tokenizer)
+	return saveModelDir(m, lo, nil, o.OutputDir, o.tokDir)
 }
 
 // saveModelDir writes m as a Hugging Face directory with the tokenizer files

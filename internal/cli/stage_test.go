@@ -28,6 +28,9 @@ const sharedData = "../../../shared/data"
 
 // TestMain lets a test re-run this binary as the gochat command (for the
 // SIGKILL test): GOCHAT_TEST_MAIN=1 runs Main on the arguments after "--".
+// No test reaches the Hub or the developer's Hugging Face cache: the cache
+// is an empty temporary folder and HF_HUB_OFFLINE=1, unless a test sets
+// HF_ENDPOINT to a fake Hub and clears it (hubnames_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv("GOCHAT_TEST_MAIN") == "1" {
 		args := os.Args
@@ -39,7 +42,17 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(Main(args, os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	cache, err := os.MkdirTemp("", "gochat-hf-cache-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("HF_HUB_CACHE", cache)
+	os.Setenv("HF_HOME", cache) // no token file of the developer's
+	os.Setenv("HF_HUB_OFFLINE", "1")
+	os.Setenv("HF_ENDPOINT", "http://127.0.0.1:1") // nothing listens there
+	code := m.Run()
+	os.RemoveAll(cache)
+	os.Exit(code)
 }
 
 // tinyModel writes a randomly initialised tiny OPT with the real OPT
@@ -163,7 +176,7 @@ func TestSFTAndRewardOverfit(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &row); err != nil {
 			t.Fatal(err)
 		}
-		sout, errOut, code := run(t, "score", "--model", rwDir, "--prompt", row.Prompt, "--answer", row.Chosen, "--answer", row.Rejected, "--json")
+		sout, errOut, code := run(t, "score", "--model", rwDir, "--prompt", row.Prompt, "--answer", row.Chosen, "--answer", row.Rejected, "--json", "--dtype", "fp32")
 		var res struct{ Scores []float32 }
 		if code != 0 || json.Unmarshal([]byte(sout), &res) != nil || len(res.Scores) != 2 {
 			t.Fatalf("score: code %d %q %s", code, sout, errOut)
@@ -226,7 +239,8 @@ func lastLine(s string) string {
 }
 
 // TestSFTResumeAfterSIGKILL kills `gochat sft` mid-epoch, resumes it, and
-// compares the final weights with an uninterrupted run byte for byte.
+// compares the final weights with an uninterrupted run byte for byte — in
+// bf16, so the checkpoint must carry the fp32 master weights as well.
 func TestSFTResumeAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the command three times")
@@ -236,7 +250,8 @@ func TestSFTResumeAfterSIGKILL(t *testing.T) {
 	args := func(dir string) []string {
 		return []string{"--log-format", "json", "--threads", "2", "sft", "--model", mdir, "--data", sample(), "--data-split", "1,0,0",
 			"--max-seq-len", "40", "--per-device-train-batch-size", "4", "--gradient-accumulation-steps", "2",
-			"--num-train-epochs", "4", "--save-interval", "2", "--learning-rate", "1e-3", "--output-dir", dir, "--data-cache", "off"}
+			"--num-train-epochs", "4", "--save-interval", "2", "--learning-rate", "1e-3", "--output-dir", dir, "--data-cache", "off",
+			"--dtype", "bf16"} // the fp32 master weights must survive the kill too
 	}
 	ref := filepath.Join(out, "ref")
 	if _, e, code := run(t, args(ref)...); code != 0 {
@@ -406,7 +421,9 @@ func TestPPOSmoke(t *testing.T) {
 // scoreOf runs `gochat score` on one answer.
 func scoreOf(t *testing.T, rm, prompt, answer string) float64 {
 	t.Helper()
-	out, e, code := run(t, "score", "--model", rm, "--prompt", prompt, "--answer", answer, "--json")
+	// fp32: the callers compare with fp32 models loaded here (--dtype auto
+	// would depend on the CPU).
+	out, e, code := run(t, "score", "--model", rm, "--prompt", prompt, "--answer", answer, "--json", "--dtype", "fp32")
 	var res struct{ Scores []float64 }
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Scores) != 1 {
 		t.Fatalf("gochat score: code %d %s %s", code, out, lastLine(e))
@@ -424,7 +441,7 @@ func TestPrintAnswersMatchScore(t *testing.T) {
 	rm := rewardModel(t)
 	out := filepath.Join(t.TempDir(), "ppo")
 	_, errOut, code := run(t, ppoArgs(rm, out, "--max-answer-seq-len", "6", "--per-device-training-batch-size", "4",
-		"--max-steps", "1", "--print-answers")...)
+		"--max-steps", "1", "--print-answers", "--dtype", "fp32")...)
 	if code != 0 {
 		t.Fatalf("ppo: %s", lastLine(errOut))
 	}

@@ -76,7 +76,7 @@ text is printed, or stdin has lines {"ids": [...]} and each gets a line
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Tokenizer, "tokenizer", "", "Hugging Face model or tokenizer directory")
+	f.StringVar(&opts.Tokenizer, "tokenizer", "", "Hugging Face model or tokenizer directory, or a model's Hub id")
 	f.StringVar(&opts.Text, "text", "", "text to encode (with --decode: comma-separated ids); without it, JSON lines are read from stdin")
 	f.BoolVar(&opts.NoBOS, "no-bos", false, "do not add the template's special tokens (OPT: the BOS </s>)")
 	f.BoolVar(&opts.Decode, "decode", false, "turn ids into text")
@@ -101,7 +101,11 @@ func parseTokenIDs(s string) ([]int32, error) {
 }
 
 func runTokenize(opts *TokenizeOptions) error {
-	tk, err := tokenizer.Load(opts.Tokenizer)
+	dir, err := resolveModel(opts.g, opts.Tokenizer, "")
+	if err != nil {
+		return err
+	}
+	tk, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
 	}

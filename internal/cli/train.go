@@ -27,7 +27,9 @@ type TrainOptions struct {
 	Seed          uint64
 	DType         string
 	SkipPreflight bool
-	recipe        *recipes.Recipe
+	// Revision and DataRevision are passed to every step.
+	Revision, DataRevision string
+	recipe                 *recipes.Recipe
 	// gen is the recipe's generator and genDir its folder (setup).
 	gen    generator
 	genDir string
@@ -46,19 +48,22 @@ const noRecipe = "none"
 func newTrainCmd(g *Globals, runF func(*TrainOptions) error) *cobra.Command {
 	o := &TrainOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "train --actor MODEL --reward MODEL --data NAME|PATH... --output-dir DIR [--recipe NAME|FILE|none]",
+		Use:   "train --actor MODEL --reward MODEL [--data NAME|PATH...] --output-dir DIR [--recipe NAME|FILE|none]",
 		Short: "Run steps 1 (SFT) -> 2 (reward model) -> 3 (PPO) into one output directory",
 		Long: `Run the three RLHF steps: step 1 fine-tunes --actor into OUTPUT/actor, step 2
 trains a reward model from --reward into OUTPUT/reward, step 3 runs PPO from
 both into OUTPUT/ppo. A step whose output is complete is skipped unless
 --force; an interrupted step resumes from its checkpoint. --recipe
 loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
---actor, --reward and --data given here override the recipe's. Without
---recipe, the built-in recipe for the actor's and reward model's sizes that
-fits this machine is picked (and logged); --recipe none runs the commands'
-defaults. Before step 1 the memory planner checks every step to run
-(gochat estimate train shows its tables); a step that would not fit is refused
-with the changes that would, unless --skip-preflight.`,
+--actor, --reward and --data given here override the recipe's. Models are
+directories, Hub ids (facebook/opt-1.3b) or DeepSpeed-Chat's short forms
+(1.3b, 350m); a Hub id is read from the Hugging Face cache and downloaded
+into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.
+Without --recipe, the built-in recipe for the actor's and reward model's
+sizes that fits this machine is picked (and logged); --recipe none runs the
+commands' defaults. Before step 1 the memory planner checks every step to
+run (gochat estimate train shows its tables); a step that would not fit is
+refused with the changes that would, unless --skip-preflight.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -96,9 +101,11 @@ with the changes that would, unless --skip-preflight.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Actor, "actor", "", "the pre-trained actor model directory")
-	f.StringVar(&o.Reward, "reward", "", "the pre-trained model the reward model starts from")
-	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's)")
+	f.StringVar(&o.Actor, "actor", "", "the pre-trained actor: a directory, a Hub id or a short form (1.3b)")
+	f.StringVar(&o.Reward, "reward", "", "the pre-trained model the reward model starts from (350m: facebook/opt-350m)")
+	f.StringVar(&o.Revision, "revision", "", "Hub revision (branch, tag or commit) of the models named by Hub id (default main)")
+	f.StringSliceVar(&o.Data, "data", nil, "datasets for all steps (overrides the recipe's; default Dahoas/rm-static)")
+	f.StringVar(&o.DataRevision, "data-revision", "", "Hub revision of the --data datasets named by Hub id (default main)")
 	f.StringVar(&o.Recipe, "recipe", "", "a built-in recipe name or a YAML file (default: picked for the models and the machine; none: no recipe)")
 	f.StringVar(&o.OutputDir, "output-dir", "", "receives actor/, reward/ and ppo/")
 	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
@@ -281,6 +288,12 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 	}
 	if o.DType != "auto" || o.recipe == nil || !o.recipe.Sets(step, "dtype") {
 		args = append(args, "--dtype", o.DType)
+	}
+	if o.Revision != "" {
+		args = append(args, "--revision", o.Revision)
+	}
+	if o.DataRevision != "" {
+		args = append(args, "--data-revision", o.DataRevision)
 	}
 	for _, d := range o.Data {
 		args = append(args, "--data", d)

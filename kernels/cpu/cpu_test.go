@@ -12,7 +12,9 @@ import (
 
 // TestConformance runs the backend-independent suite on the CPU device with
 // several thread counts, with the AVX2 code paths (on an AVX-512 CPU too)
-// and with the portable Go code paths.
+// and with the portable Go code paths. Run includes the bf16 tier
+// (subtests bf16/...), so the bf16 matmuls run on the best ISA (the native
+// AVX512_BF16 path where the CPU has one) and on the portable one.
 func TestConformance(t *testing.T) {
 	for _, cfg := range []cpu.Options{
 		{Threads: 1},

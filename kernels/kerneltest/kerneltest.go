@@ -7,11 +7,17 @@
 //
 //	func TestConformance(t *testing.T) { kerneltest.Run(t, dev) }
 //
-// Each op is a subtest (Gemm, MatmulForward, ..., GradCheck/Attention), so
-// `go test -run 'Conformance/.*/LayerNorm'` selects one. Every buffer an op
-// writes is a view into a larger allocation whose guard elements are checked
-// afterwards, so writes past n are caught; outputs that an op must overwrite
-// start out as NaN, and accumulated ones start out random.
+// Each op is a subtest (Gemm, MatmulForward, ..., bf16/Gemm, ...,
+// GradCheck/Attention), so `go test -run 'Conformance/.*/LayerNorm'` selects
+// one. Every buffer an op writes is a view into a larger allocation whose
+// guard elements are checked afterwards, so writes past n are caught;
+// outputs that an op must overwrite start out as NaN, and accumulated ones
+// start out random. Every buffer a test allocates is freed when it ends.
+//
+// The bf16 tier (conformance_bf16.go) runs the ops whose operands the
+// contract lets be BF16 with BF16 operands, against the same float64
+// references on inputs rounded by the suite's own RefRoundBF16, so it does
+// not take the backend's converter on trust.
 package kerneltest
 
 import (
@@ -33,6 +39,11 @@ func Run(t *testing.T, dev kernels.Device) {
 	for _, c := range conformance {
 		t.Run(c.name, func(t *testing.T) { runCase(t, dev, c.name, c.fn) })
 	}
+	t.Run("bf16", func(t *testing.T) {
+		for _, c := range conformanceBF16 {
+			t.Run(c.name, func(t *testing.T) { runCase(t, dev, "bf16/"+c.name, c.fn) })
+		}
+	})
 	t.Run("GradCheck", func(t *testing.T) {
 		for _, c := range gradChecks {
 			t.Run(c.name, func(t *testing.T) { runCase(t, dev, "grad/"+c.name, c.fn) })
@@ -50,6 +61,7 @@ type testCase struct {
 func runCase(t *testing.T, dev kernels.Device, name string, fn func(e *Env)) {
 	t.Helper()
 	e := NewEnv(t, dev, name)
+	defer e.FreeAll()
 	defer func() {
 		if r := recover(); r != nil {
 			t.Fatalf("panic: %v\n%s", r, debug.Stack())
@@ -66,6 +78,7 @@ type Env struct {
 	Dev    kernels.Device
 	Rng    *rand.Rand
 	guards []guarded
+	allocs []kernels.Buffer // every buffer Alloc returned, for FreeAll
 }
 
 type guarded struct {
@@ -82,6 +95,10 @@ const (
 	guardI32 = int32(-123456789)
 )
 
+// guardBF16 is the bit pattern of the BF16 guard elements (about
+// -3.85e31, exact in bf16).
+const guardBF16 = uint16(0xf3f3)
+
 // NewEnv returns an Env whose random source is seeded from name.
 func NewEnv(t *testing.T, dev kernels.Device, name string) *Env {
 	h := fnv.New64a()
@@ -96,7 +113,17 @@ func (e *Env) Alloc(dt kernels.DType, n int) kernels.Buffer {
 	if err != nil {
 		e.T.Fatalf("Alloc(%v, %d): %v", dt, n, err)
 	}
+	e.allocs = append(e.allocs, b)
 	return b
+}
+
+// FreeAll frees every buffer Alloc returned (runCase calls it when a test
+// ends, so a device's memory does not grow over the suite).
+func (e *Env) FreeAll() {
+	for _, b := range e.allocs {
+		e.Dev.Free(b)
+	}
+	e.allocs, e.guards = nil, nil
 }
 
 // F32 uploads vals into a guarded F32 buffer of len(vals) elements.
@@ -127,6 +154,34 @@ func (e *Env) I32(vals []int32) kernels.Buffer {
 	return whole.Slice(guardLen, n)
 }
 
+// BF16 uploads vals rounded to bfloat16 by the suite's own RefRoundBF16
+// into a guarded BF16 buffer of len(vals) elements. The values written are
+// already bf16, so the buffer holds RefRoundBF16s(vals) whatever rounding
+// the device's WriteF32 does (the bf16/Convert test checks that one); pass
+// RefRoundBF16s(vals) to the references.
+func (e *Env) BF16(vals []float32) kernels.Buffer {
+	n := len(vals)
+	whole := e.Alloc(kernels.BF16, n+2*guardLen)
+	host := make([]float32, n+2*guardLen)
+	for i := range host {
+		host[i] = RefWidenBF16(guardBF16)
+	}
+	for i, v := range vals {
+		host[guardLen+i] = RefRoundBF16(v)
+	}
+	e.Dev.WriteF32(whole, host)
+	e.guards = append(e.guards, guarded{whole, n})
+	return whole.Slice(guardLen, n)
+}
+
+// MaybeBF16 is BF16, or nil for a nil slice.
+func (e *Env) MaybeBF16(vals []float32) kernels.Buffer {
+	if vals == nil {
+		return nil
+	}
+	return e.BF16(vals)
+}
+
 // MaybeI32 is I32, or nil for a nil slice.
 func (e *Env) MaybeI32(vals []int32) kernels.Buffer {
 	if vals == nil {
@@ -153,7 +208,7 @@ func (e *Env) NaNs(n int) kernels.Buffer {
 	return e.F32(v)
 }
 
-// Read downloads an F32 buffer.
+// Read downloads an F32 buffer, or a BF16 one widened to float32.
 func (e *Env) Read(b kernels.Buffer) []float32 {
 	if err := e.Dev.Sync(); err != nil {
 		e.T.Fatalf("Sync: %v", err)
@@ -177,6 +232,14 @@ func (e *Env) CheckGuards() {
 			for i, v := range host {
 				if (i < guardLen || i >= guardLen+g.n) && v != guardF32 {
 					e.T.Fatalf("buffer %d (len %d): guard element %d overwritten with %g", gi, g.n, i-guardLen, v)
+				}
+			}
+		case kernels.BF16:
+			host := make([]float32, g.whole.Len())
+			e.Dev.ReadF32(host, g.whole)
+			for i, v := range host {
+				if (i < guardLen || i >= guardLen+g.n) && math.Float32bits(v) != uint32(guardBF16)<<16 {
+					e.T.Fatalf("buffer %d (bf16, len %d): guard element %d overwritten with %g (bits %#08x)", gi, g.n, i-guardLen, v, math.Float32bits(v))
 				}
 			}
 		case kernels.I32:

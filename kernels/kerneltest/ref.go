@@ -398,3 +398,46 @@ func RefAdamWStep(s *AdamWState, grads []float64, lr, beta1, beta2, eps, wd, gra
 		s.P[i] -= lr / bc1 * s.M[i] / denom
 	}
 }
+
+// RefBF16Bits returns the bfloat16 nearest to f, ties to even, as its bit
+// pattern (the upper 16 bits of the float32 of the same value). It is the
+// suite's own rounding, written from the definition and shared with no
+// backend: the lower 16 bits of f are what bf16 drops; above half an ulp
+// (0x8000) the kept part rounds up, at exactly half it rounds to the even
+// one. Rounding up adds one to the kept magnitude, which carries into the
+// exponent where it must (0x3fff... -> 0x4000, 2.0) and turns values past
+// the largest finite bf16 into infinity (0x7f7f + 1 = 0x7f80). Infinities,
+// signed zeros and denormals follow the same rule (a denormal f32 rounds to
+// a denormal bf16 or to zero, never flushed). A NaN stays a NaN: its top
+// payload bits are kept and the quiet bit set, since dropping the payload
+// of a NaN whose payload sits in the low bits would make it an infinity.
+func RefBF16Bits(f float32) uint16 {
+	b := math.Float32bits(f)
+	hi, lo := uint16(b>>16), b&0xffff
+	if b&0x7f800000 == 0x7f800000 && b&0x007fffff != 0 {
+		return hi | 0x0040
+	}
+	if lo > 0x8000 || lo == 0x8000 && hi&1 == 1 {
+		hi++
+	}
+	return hi
+}
+
+// RefWidenBF16 returns the float32 of a bfloat16 bit pattern (exact).
+func RefWidenBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// RefRoundBF16 returns f rounded to bfloat16 (RefBF16Bits), as a float32.
+func RefRoundBF16(f float32) float32 { return RefWidenBF16(RefBF16Bits(f)) }
+
+// RefRoundBF16s returns x rounded elementwise to bfloat16 (a new slice; nil
+// stays nil).
+func RefRoundBF16s(x []float32) []float32 {
+	if x == nil {
+		return nil
+	}
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = RefRoundBF16(v)
+	}
+	return out
+}

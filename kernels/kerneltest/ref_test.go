@@ -219,3 +219,95 @@ func TestRefDropoutKeepRate(t *testing.T) {
 		}
 	}
 }
+
+// TestRefBF16Bits checks the reference rounding on hand-checked cases: the
+// lower 16 bits of a float32 are what bf16 drops, 0x8000 of them is half an
+// ulp.
+func TestRefBF16Bits(t *testing.T) {
+	const nan = 0xffff // any NaN
+	for _, c := range []struct {
+		in   uint32
+		want uint16
+		what string
+	}{
+		{0x3f800000, 0x3f80, "1 is exact"},
+		{0x3f800001, 0x3f80, "1+2^-23 rounds down"},
+		{0x3f807fff, 0x3f80, "just below half an ulp rounds down"},
+		{0x3f808000, 0x3f80, "1+2^-8: a tie, 0x3f80 is even: down"},
+		{0x3f808001, 0x3f81, "just above half an ulp rounds up"},
+		{0x3f818000, 0x3f82, "a tie with an odd 0x3f81: up to even"},
+		{0xbf818000, 0xbf82, "negative tie rounds its magnitude to even"},
+		{0xbf808000, 0xbf80, "negative tie, even: down"},
+		{0xbf808001, 0xbf81, "negative above the tie"},
+		{0x3fffffff, 0x4000, "1.9999999 carries into the exponent: 2"},
+		{0x40490fdb, 0x4049, "pi: 3.140625"},
+		{0x3dcccccd, 0x3dcd, "0.1: 0.10009765625"},
+		{0x7f7f0000, 0x7f7f, "the largest finite bf16 is exact"},
+		{0x7f7f7fff, 0x7f7f, "below the tie past the largest finite stays finite"},
+		{0x7f7f8000, 0x7f80, "a tie past the largest finite (odd) overflows to +Inf"},
+		{0x7f7fffff, 0x7f80, "the largest finite float32 overflows to +Inf"},
+		{0xff7fffff, 0xff80, "and its negative to -Inf"},
+		{0x7f800000, 0x7f80, "+Inf"},
+		{0xff800000, 0xff80, "-Inf"},
+		{0x00000000, 0x0000, "+0"},
+		{0x80000000, 0x8000, "-0 keeps its sign"},
+		{0x00000001, 0x0000, "the smallest denormal rounds to +0"},
+		{0x80000001, 0x8000, "and its negative to -0"},
+		{0x00008000, 0x0000, "a denormal tie, even: down to 0"},
+		{0x00008001, 0x0001, "the smallest bf16 denormal"},
+		{0x00018000, 0x0002, "a denormal tie, odd: up"},
+		{0x00400000, 0x0040, "the denormal 2^-127 is exact"},
+		{0x007fffff, 0x0080, "the largest denormal rounds up to the smallest normal"},
+		{0x807fffff, 0x8080, "and its negative"},
+		{0x00800000, 0x0080, "the smallest normal is exact"},
+		{0x7fc00000, nan, "a quiet NaN"},
+		{0x7f800001, nan, "a NaN with its payload in the low bits (not Inf)"},
+		{0x7fbfffff, nan, "a signalling NaN"},
+		{0xffffffff, nan, "a negative NaN with every payload bit (no wrap to 0)"},
+		{0xff800001, nan, "a negative NaN with a low payload (not -Inf)"},
+	} {
+		got := RefBF16Bits(math.Float32frombits(c.in))
+		if c.want == nan {
+			if !math.IsNaN(float64(RefWidenBF16(got))) {
+				t.Errorf("%#08x (%s): got %#04x, want a NaN", c.in, c.what, got)
+			}
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%#08x (%s): got %#04x, want %#04x", c.in, c.what, got, c.want)
+		}
+	}
+}
+
+// TestRefBF16Nearest checks RefBF16Bits on random bit patterns against a
+// second derivation in float64: the nearer of the two bf16 neighbours, the
+// even one on a tie, and infinity past 2^128 - 2^119 (where the neighbour
+// above the largest finite would be 2^128).
+func TestRefBF16Nearest(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for range 200000 {
+		b := r.Uint32()
+		x := math.Float32frombits(b)
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			continue
+		}
+		mag := math.Abs(float64(x))
+		down := math.Abs(float64(math.Float32frombits(b & 0xffff0000)))
+		exp := int(b>>23&0xff) - 127
+		if exp < -126 {
+			exp = -126 // denormal: the ulp of the smallest normals
+		}
+		up := down + math.Ldexp(1, exp-7)
+		want := down
+		if d, u := mag-down, up-mag; u < d || u == d && b>>16&1 == 1 {
+			want = up
+		}
+		if want >= 1<<128 {
+			want = math.Inf(1)
+		}
+		want = math.Copysign(want, float64(x))
+		if got := float64(RefRoundBF16(x)); got != want || math.Signbit(got) != math.Signbit(want) {
+			t.Fatalf("%#08x (%g): got %g, want %g", b, x, got, want)
+		}
+	}
+}

@@ -611,31 +611,6 @@ func TestRowSeed(t *testing.T) {
 	}
 }
 
-// TestGenerateBytes checks GenerateBytes against what Generate mode holds:
-// the workspace (with LoRA) and the KV cache.
-func TestGenerateBytes(t *testing.T) {
-	for _, withLoRA := range []bool{false, true} {
-		m := loadGolden(t, "preln")
-		var lo *lora.LoRA
-		if withLoRA {
-			lo = newLoRA(t, m, 1)
-		}
-		e := newEngine(t, m, lo, Options{MaxAnswerLen: 4, Sample: greedy, IgnoreEOS: true, KeepInferenceCache: true})
-		if _, err := e.Generate(leftPad(m, randomPrompts(m, 1, 3, 5, 2), 5)); err != nil {
-			t.Fatal(err)
-		}
-		e.Train() // keeps the workspace and the cache
-		held := m.Dev.MemStats().Live
-		e.opts.KeepInferenceCache = false
-		e.EnterGenerate()
-		e.Train() // releases them
-		ws, kc := GenerateBytes(m.Config, m.HasValueHead(), m.DType(), withLoRA, 3, 5, 4)
-		if got := held - m.Dev.MemStats().Live; got != int64(ws+kc) {
-			t.Errorf("LoRA %v: Generate mode holds %d bytes, GenerateBytes says %d + %d", withLoRA, got, ws, kc)
-		}
-	}
-}
-
 // TestBF16Engine runs the invariants in mixed precision: bf16 base weights
 // and fp32 LoRA adapters. The inference workspace is bf16 (no fp32 copy of
 // the weights); its full forward is within bf16 rounding of W + B·A of the
@@ -684,5 +659,30 @@ func TestBF16Engine(t *testing.T) {
 				t.Error("base weights changed")
 			}
 		})
+	}
+}
+
+// TestGenerateBytes checks GenerateBytes against what Generate mode holds:
+// the workspace (with LoRA) and the KV cache.
+func TestGenerateBytes(t *testing.T) {
+	for _, withLoRA := range []bool{false, true} {
+		m := loadGolden(t, "preln")
+		var lo *lora.LoRA
+		if withLoRA {
+			lo = newLoRA(t, m, 1)
+		}
+		e := newEngine(t, m, lo, Options{MaxAnswerLen: 4, Sample: greedy, IgnoreEOS: true, KeepInferenceCache: true})
+		if _, err := e.Generate(leftPad(m, randomPrompts(m, 1, 3, 5, 2), 5)); err != nil {
+			t.Fatal(err)
+		}
+		e.Train() // keeps the workspace and the cache
+		held := m.Dev.MemStats().Live
+		e.opts.KeepInferenceCache = false
+		e.EnterGenerate()
+		e.Train() // releases them
+		ws, kc := GenerateBytes(m.Config, m.HasValueHead(), m.DType(), withLoRA, 3, 5, 4)
+		if got := held - m.Dev.MemStats().Live; got != int64(ws+kc) {
+			t.Errorf("LoRA %v: Generate mode holds %d bytes, GenerateBytes says %d + %d", withLoRA, got, ws, kc)
+		}
 	}
 }

@@ -1,16 +1,25 @@
 #!/usr/bin/python3
-"""Benchmark PyTorch's fp32 torch.matmul on the shapes gochat's CPU GEMM is tuned for.
+"""Benchmark PyTorch's torch.matmul (fp32, bf16) on the shapes gochat's CPU GEMM is tuned for.
 
 Run by hand (not by CI) with Debian's python3-torch:
 
-    /usr/bin/python3 scripts/bench_torch_matmul.py [--threads 1,2] [--reps 15]
+    /usr/bin/python3 scripts/bench_torch_matmul.py [--threads 1,2] [--reps 15] [--dtypes fp32,bf16]
 
-For each shape (M, N, K) and variant (nn, nt, tn; op(A) is MxK, op(B) is KxN)
-it materialises the stored layout of the variant (for "t" the operand is
-stored transposed and torch.matmul gets a transposed view), warms up, and
-prints one JSON line per (shape, variant, threads) with the median GFLOP/s:
+For each shape (M, N, K), variant (nn, nt, tn; op(A) is MxK, op(B) is KxN)
+and dtype it materialises the stored layout of the variant (for "t" the
+operand is stored transposed and torch.matmul gets a transposed view), warms
+up, and prints one JSON line per (shape, variant, dtype, threads) with the
+median GFLOP/s:
 
-    {"m": 512, "n": 768, "k": 768, "transpose": "nn", "threads": 2, "gflops": 150.1}
+    {"m": 512, "n": 768, "k": 768, "transpose": "nn", "dtype": "fp32", "threads": 2, "gflops": 150.1}
+
+With dtype bf16 both operands and the output are torch.bfloat16 tensors
+(torch.matmul wants one dtype); PyTorch accumulates in fp32. On CPUs with
+AVX512-BF16 or AMX-BF16 it runs through oneDNN (mkldnn): set ONEDNN_VERBOSE=1
+to see which implementation (e.g. brg:avx512_core_amx_bf16) it picks.
+gochat's bf16 GEMM (`gochat bench matmul --dtype bf16`) keeps A in fp32,
+rounding it while it packs, and writes fp32 C, so it does a little more
+work per call than this.
 
 Each thread count runs in a child process with OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set, so the BLAS library behind
@@ -49,9 +58,11 @@ def operands(m, n, k, variant):
     return (a.t() if ta else a), (b.t() if tb else b)
 
 
-def bench(m, n, k, variant, reps, min_time):
+def bench(m, n, k, variant, dtype, reps, min_time):
     a, b = operands(m, n, k, variant)
-    out = torch.empty(m, n)
+    if dtype == "bf16":
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)  # keeps the strides
+    out = torch.empty(m, n, dtype=a.dtype)
     flops = 2.0 * m * n * k
     # Warm up, and size the inner loop so one sample takes about min_time.
     inner = 1
@@ -80,6 +91,7 @@ def main():
     p.add_argument("--min-time", type=float, default=0.05, help="seconds per sample")
     p.add_argument("--shapes", default="", help="comma-separated MxNxK (default: all)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    p.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16")
     p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child == 0:
@@ -89,7 +101,8 @@ def main():
                 env[var] = str(threads)
             subprocess.run([sys.executable, __file__, "--child", str(threads),
                             "--reps", str(args.reps), "--min-time", str(args.min_time),
-                            "--shapes", args.shapes, "--variants", args.variants],
+                            "--shapes", args.shapes, "--variants", args.variants,
+                            "--dtypes", args.dtypes],
                            env=env, check=True)
         return
     threads = args.child
@@ -100,9 +113,12 @@ def main():
     torch.set_num_threads(threads)
     for m, n, k in shapes:
         for variant in args.variants.split(","):
-            g = bench(m, n, k, variant, args.reps, args.min_time)
-            print(json.dumps({"m": m, "n": n, "k": k, "transpose": variant,
-                              "threads": threads, "gflops": round(g, 1)}), flush=True)
+            for dtype in args.dtypes.split(","):
+                if dtype not in ("fp32", "bf16"):
+                    sys.exit(f"--dtypes: unknown dtype {dtype!r} (want fp32 or bf16)")
+                g = bench(m, n, k, variant, dtype, args.reps, args.min_time)
+                print(json.dumps({"m": m, "n": n, "k": k, "transpose": variant, "dtype": dtype,
+                                  "threads": threads, "gflops": round(g, 1)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/optim"
 	"github.com/gochat-ai/gochat/sft"
@@ -37,6 +38,7 @@ type BenchMatmulOptions struct {
 	g         *Globals
 	Shape     string
 	Transpose string
+	DType     string
 	Repeats   int
 	JSON      bool
 	m, n, k   int
@@ -45,9 +47,13 @@ type BenchMatmulOptions struct {
 func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.Command {
 	opts := &BenchMatmulOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "matmul --shape MxNxK [--transpose nn|nt|tn|tt]",
-		Short: "GEMM GFLOP/s: C[M,N] = op(A)[M,K]·op(B)[K,N] in fp32",
-		Args:  cobra.NoArgs,
+		Use:   "matmul --shape MxNxK [--transpose nn|nt|tn|tt] [--dtype fp32|bf16]",
+		Short: "GEMM GFLOP/s: C[M,N] = op(A)[M,K]·op(B)[K,N] in fp32 or bf16",
+		Long: "GEMM GFLOP/s: C[M,N] = op(A)[M,K]·op(B)[K,N] with C in fp32.\n\n" +
+			"--dtype fp32 multiplies fp32 operands. --dtype bf16 stores B in bf16, as a model weight is\n" +
+			"stored in bf16 mode, keeps A in fp32 (rounded to bf16 as it is read, like an activation)\n" +
+			"and accumulates in fp32, as PyTorch's bf16 matmul does.",
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			var err error
 			if opts.m, opts.n, opts.k, err = parseShape(opts.Shape); err != nil {
@@ -57,6 +63,11 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 			case "nn", "nt", "tn", "tt":
 			default:
 				return usageErrorf("--transpose %q: want nn, nt, tn or tt", opts.Transpose)
+			}
+			switch opts.DType {
+			case "fp32", "bf16":
+			default:
+				return usageErrorf("--dtype %q: want fp32 or bf16", opts.DType)
 			}
 			if opts.Repeats < 0 {
 				return usageErrorf("--repeats must be >= 0 (0: enough for about a second)")
@@ -70,6 +81,7 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 	f := cmd.Flags()
 	f.StringVar(&opts.Shape, "shape", "512x768x768", "M x N x K")
 	f.StringVar(&opts.Transpose, "transpose", "nt", "nn, nt, tn or tt: whether A and B are stored transposed")
+	f.StringVar(&opts.DType, "dtype", "fp32", "fp32, or bf16: B stored in bf16, A in fp32 rounded as it is read, fp32 accumulation")
 	f.IntVar(&opts.Repeats, "repeats", 0, "timed runs (0 = enough for about a second)")
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
@@ -98,19 +110,27 @@ func runBenchMatmul(opts *BenchMatmulOptions) error {
 	m, n, k := opts.m, opts.n, opts.k
 	ta, tb := opts.Transpose[0] == 't', opts.Transpose[1] == 't'
 	rng := rand.New(rand.NewPCG(1, 1))
-	rnd := func(sz int) kernels.Buffer {
+	rnd := func(sz int) (kernels.Buffer, error) {
 		h := make([]float32, sz)
 		for i := range h {
 			h[i] = rng.Float32()*2 - 1
 		}
 		b, err := dev.Alloc(kernels.F32, sz)
 		if err != nil {
-			panic(err) // a few MB; the helper rewrites this benchmark
+			return nil, err
 		}
 		dev.WriteF32(b, h)
-		return b
+		return b, nil
 	}
-	a, b, c := rnd(m*k), rnd(k*n), rnd(m*n)
+	var a, b, c kernels.Buffer
+	for _, x := range []struct {
+		p    *kernels.Buffer
+		size int
+	}{{&a, m * k}, {&b, k * n}, {&c, m * n}} {
+		if *x.p, err = rnd(x.size); err != nil {
+			return fmt.Errorf("bench matmul: %w", err)
+		}
+	}
 	lda, ldb := k, n
 	if ta {
 		lda = m
@@ -119,14 +139,24 @@ func runBenchMatmul(opts *BenchMatmulOptions) error {
 		ldb = k
 	}
 	run := func() { dev.Gemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n) }
+	name := dev.Name()
+	if opts.DType == "bf16" {
+		// B as a bf16 weight: rounded once, here, not in the timed runs.
+		bh := make(cpu.BF16, k*n)
+		for i, v := range b.(cpu.F32) {
+			bh[i] = cpu.ToBF16(v)
+		}
+		run = func() { dev.GemmBF16(ta, tb, m, n, k, 1, a, lda, bh, ldb, 0, c, n) }
+		name += ", bf16 " + dev.GemmBF16Kernel()
+	}
 	flops := 2 * float64(m) * float64(n) * float64(k)
 	med := medianSeconds(run, opts.Repeats)
-	res := map[string]any{"m": m, "n": n, "k": k, "transpose": opts.Transpose, "threads": dev.Threads(), "gflops": round(flops/med/1e9, 2)}
+	res := map[string]any{"m": m, "n": n, "k": k, "transpose": opts.Transpose, "dtype": opts.DType, "threads": dev.Threads(), "gflops": round(flops/med/1e9, 2)}
 	if opts.JSON {
 		return json.NewEncoder(opts.g.Out).Encode(res)
 	}
-	_, err = fmt.Fprintf(opts.g.Out, "matmul %dx%dx%d %s on %s: %.1f GFLOP/s (median of runs, %.3f ms each)\n",
-		m, n, k, opts.Transpose, dev.Name(), flops/med/1e9, med*1e3)
+	_, err = fmt.Fprintf(opts.g.Out, "matmul %dx%dx%d %s %s on %s: %.1f GFLOP/s (median of runs, %.3f ms each)\n",
+		m, n, k, opts.Transpose, opts.DType, name, flops/med/1e9, med*1e3)
 	return err
 }
 

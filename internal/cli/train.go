@@ -59,11 +59,11 @@ loads per-step flags from a built-in recipe (gochat recipes) or a YAML file;
 directories, Hub ids (facebook/opt-1.3b) or DeepSpeed-Chat's short forms
 (1.3b, 350m); a Hub id is read from the Hugging Face cache and downloaded
 into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.
-Without --recipe, the built-in recipe for the actor's and reward model's
-sizes that fits this machine is picked (and logged); --recipe none runs the
-commands' defaults. Before step 1 the memory planner checks every step to
-run (gochat estimate train shows its tables); a step that would not fit is
-refused with the changes that would, unless --skip-preflight.`,
+Without --recipe, the built-in recipe for the actor's and reward model's sizes
+that fits this machine is picked (and logged); --recipe none runs the
+commands' defaults. Before step 1 the memory planner checks every step to run
+(gochat estimate train shows its tables); a step that would not fit is refused
+with the changes that would, unless --skip-preflight.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

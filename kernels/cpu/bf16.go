@@ -59,6 +59,9 @@ func roundSliceBF16(dst []uint16, src []float32) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("cpu: conversion of %d elements into %d", len(src), len(dst)))
 	}
+	if roundBF16Vec(dst, src) {
+		return
+	}
 	for i, f := range src {
 		dst[i] = ToBF16(f)
 	}
@@ -68,6 +71,9 @@ func roundSliceBF16(dst []uint16, src []float32) {
 func widenSliceBF16(dst []float32, src []uint16) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("cpu: conversion of %d elements into %d", len(src), len(dst)))
+	}
+	if widenBF16Vec(dst, src) {
+		return
 	}
 	for i, h := range src {
 		dst[i] = FromBF16(h)

@@ -34,7 +34,7 @@ import (
 //
 // Threads normally share an A block and split C's columns: they pack the A
 // panels together, then each claims column units, packing the B blocks of
-// its units itself (see gemmJob). When C has too few column tiles, they
+// its units itself (see gemmSched). When C has too few column tiles, they
 // split the rows instead and each runs the loops alone on its rows.
 
 // gemmKernel is a micro-kernel and the cache blocking tuned around it.
@@ -66,25 +66,79 @@ var gemmMinWork = 1 << 20
 const gemmABudget = 4 << 20
 
 // gemmScratch holds one goroutine's packing buffers. The slices are the raw
-// allocations; gemmAligned carves 64-byte aligned views out of them.
+// allocations; gemmAligned carves 64-byte aligned views out of them. ha and
+// hb are the bf16 A and B blocks of the bf16 tile kernels (gemm_bf16.go).
 type gemmScratch struct {
 	a, b, tile, vec []float32
+	ha, hb          []uint16
 }
 
 var gemmPool = sync.Pool{New: func() any { return new(gemmScratch) }}
 
-// gemmAligned returns a 64-byte aligned slice of n floats backed by *buf,
-// growing it when needed.
-func gemmAligned(buf *[]float32, n int) []float32 {
-	if cap(*buf) < n+16 {
-		*buf = make([]float32, n+16)
+// gemmAligned returns a 64-byte aligned slice of n elements backed by
+// *buf, growing it when needed.
+func gemmAligned[T float32 | uint16](buf *[]T, n int) []T {
+	size := int(unsafe.Sizeof(T(0)))
+	pad := 64 / size
+	if cap(*buf) < n+pad {
+		*buf = make([]T, n+pad)
 	}
 	s := (*buf)[:cap(*buf)]
 	off := 0
 	if r := uintptr(unsafe.Pointer(&s[0])) & 63; r != 0 {
-		off = int(64-r) / 4
+		off = int(64-r) / size
 	}
 	return s[off : off+n : off+n]
+}
+
+// gemmSrc is a GEMM operand as the packing routines read it: float32
+// values (f), float32 values rounded to bf16 as they are read (f with
+// round), or bf16 values (h with bf). The fp32 GEMM only uses the first.
+type gemmSrc struct {
+	f     []float32
+	h     []uint16
+	bf    bool // the values are h
+	round bool // f is rounded to bf16 as it is read
+}
+
+// plain reports whether the operand is float32 values used as they are.
+func (s gemmSrc) plain() bool { return !s.bf && !s.round }
+
+// len is the number of elements.
+func (s gemmSrc) len() int {
+	if s.bf {
+		return len(s.h)
+	}
+	return len(s.f)
+}
+
+// from returns the operand from element o on.
+func (s gemmSrc) from(o int) gemmSrc {
+	if s.bf {
+		s.h = s.h[o:]
+	} else {
+		s.f = s.f[o:]
+	}
+	return s
+}
+
+// at returns element o as float32 (rounded to bf16 when round is set).
+func (s gemmSrc) at(o int) float32 {
+	if s.bf {
+		return FromBF16(s.h[o])
+	}
+	if s.round {
+		return FromBF16(ToBF16(s.f[o]))
+	}
+	return s.f[o]
+}
+
+// bf16 returns element o as bf16 bits (rounded unless it already is).
+func (s gemmSrc) bf16(o int) uint16 {
+	if s.bf {
+		return s.h[o]
+	}
+	return ToBF16(s.f[o])
 }
 
 // Gemm implements kernels.Ops.
@@ -117,30 +171,9 @@ func gemm(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha
 // the bias as one more step of K: a column of ones in the packed A and the
 // bias as a row of the packed B, so it costs no pass over C.
 func gemmBias(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
-	if m < 0 || n < 0 || k < 0 {
-		panic(fmt.Sprintf("cpu: Gemm: negative size m=%d n=%d k=%d", m, n, k))
-	}
-	gemmCheck("c", m, n, ldc, len(c))
-	if m == 0 || n == 0 {
+	bias, ok := gemmPrologue(transA, transB, m, n, k, alpha, len(a), lda, len(b), ldb, beta, bias, c, ldc)
+	if !ok {
 		return
-	}
-	if bias != nil {
-		bias = bias[:n]
-	}
-	if k == 0 || alpha == 0 {
-		gemmScaleC(m, n, beta, c, ldc)
-		gemmAddBias(m, bias, c, ldc)
-		return
-	}
-	if transA {
-		gemmCheck("a", k, m, lda, len(a))
-	} else {
-		gemmCheck("a", m, k, lda, len(a))
-	}
-	if transB {
-		gemmCheck("b", n, k, ldb, len(b))
-	} else {
-		gemmCheck("b", k, n, ldb, len(b))
 	}
 	if m == 1 || n == 1 {
 		if bias != nil {
@@ -151,25 +184,72 @@ func gemmBias(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, a
 		gemmGemv(kern, threads, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	gemmBiasBlocked(kern, threads, transA, transB, m, n, k, alpha, gemmSrc{f: a}, lda, gemmSrc{f: b}, ldb, beta, bias, c, ldc)
+}
 
-	// Split C between goroutines along whichever dimension wastes the
-	// fewest micro-tiles (a thread's cost is its tile count); columns win
-	// ties because the threads then share the packed A.
-	mt, nt := (m+kern.mr-1)/kern.mr, (n+kern.nr-1)/kern.nr
-	t := min(threads, max(1, m*n*k/gemmMinWork))
+// gemmPrologue checks the sizes of a GEMM whose operands have na and nb
+// elements and finishes the cases without products: empty C, and k == 0
+// or alpha == 0 (C = beta·C + bias). It returns bias cut to n elements and
+// whether products remain to be computed.
+func gemmPrologue(transA, transB bool, m, n, k int, alpha float32, na, lda, nb, ldb int, beta float32, bias, c []float32, ldc int) ([]float32, bool) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("cpu: Gemm: negative size m=%d n=%d k=%d", m, n, k))
+	}
+	gemmCheck("c", m, n, ldc, len(c))
+	if m == 0 || n == 0 {
+		return nil, false
+	}
+	if bias != nil {
+		bias = bias[:n]
+	}
+	if k == 0 || alpha == 0 {
+		gemmScaleC(m, n, beta, c, ldc)
+		gemmAddBias(m, bias, c, ldc)
+		return nil, false
+	}
+	if transA {
+		gemmCheck("a", k, m, lda, na)
+	} else {
+		gemmCheck("a", m, k, lda, na)
+	}
+	if transB {
+		gemmCheck("b", n, k, ldb, nb)
+	} else {
+		gemmCheck("b", k, n, ldb, nb)
+	}
+	return bias, true
+}
+
+// gemmSplit decides how t goroutines share a GEMM of mt×nt micro-tiles
+// with m·n·k multiply-adds: along whichever dimension wastes the fewest
+// micro-tiles (a thread's cost is its tile count); columns win ties
+// because the threads then share the packed A. It returns the number of
+// goroutines and whether they split the rows.
+func gemmSplit(threads, mt, nt, m, n, k int) (t int, byRows bool) {
+	t = min(threads, max(1, m*n*k/gemmMinWork))
 	if t > 1 && mt*((nt+t-1)/t) > (mt+t-1)/t*nt {
-		t = min(t, mt)
+		return min(t, mt), true
+	}
+	return min(t, nt), false
+}
+
+// gemmBiasBlocked is gemmBias for m, n ≥ 2 on the blocked path, with
+// operands that may be rounded to bf16 as they are packed (gemmSrc).
+func gemmBiasBlocked(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a gemmSrc, lda int, b gemmSrc, ldb int, beta float32, bias, c []float32, ldc int) {
+	mt, nt := (m+kern.mr-1)/kern.mr, (n+kern.nr-1)/kern.nr
+	t, byRows := gemmSplit(threads, mt, nt, m, n, k)
+	if byRows {
 		gemmFanOut(t, func(i int) {
 			lo, hi := i*mt/t*kern.mr, min((i+1)*mt/t*kern.mr, m)
 			ao := lo * lda // row offset into op(A)
 			if transA {
 				ao = lo
 			}
-			gemmBlocked(kern, 1, transA, transB, hi-lo, n, k, alpha, a[ao:], lda, b, ldb, beta, bias, c[lo*ldc:], ldc)
+			gemmBlocked(kern, 1, transA, transB, hi-lo, n, k, alpha, a.from(ao), lda, b, ldb, beta, bias, c[lo*ldc:], ldc)
 		})
 		return
 	}
-	gemmBlocked(kern, min(t, nt), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
+	gemmBlocked(kern, t, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
 }
 
 // gemmFanOut runs fn(0..t-1) on t goroutines, fn(0) on the caller's.
@@ -227,46 +307,164 @@ func gemmBlock(n, limit, unit int) int {
 	return min(limit, (per+unit-1)/unit*unit)
 }
 
-// gemmJob is one gemmBlocked call, shared by its goroutines. Work is
-// claimed, not assigned. For each A block the goroutines first take A
-// panels to pack from a counter and wait for the last panel in flight.
+// gemmSched divides one A block of a blocked GEMM between goroutines.
+// Work is claimed, not assigned. For each A block the goroutines first take
+// A panels to pack from a counter and wait for the last panel in flight.
 // Then each owns an equal range of column tiles, which it computes front
-// to back in units of at most nc columns; a goroutine done with its own
+// to back in units of at most chunk tiles; a goroutine done with its own
 // range steals half of what is left of the fullest other range, from the
 // back. On an idle machine that is a static split with the fewest units
 // (every unit streams the whole A block); on a busy one, a goroutine that
 // starts late finds less to do instead of holding everyone up.
+type gemmSched struct {
+	t      int          // goroutines
+	s      *gemmScratch // the caller's: the shared A block, the caller's B
+	chunk  int          // column tiles per unit of an owned range
+	ranges []gemmRange  // column tiles not yet claimed, one per goroutine
+	panels int64        // A panels of the current block
+
+	nextPanel, donePanels atomic.Int64
+	wg                    sync.WaitGroup
+}
+
+// gemmWork is a blocked GEMM as gemmSched drives it: the fp32 gemmJob and
+// the bf16 gemmTileJob.
+type gemmWork interface {
+	sched() *gemmSched
+	// packPanel packs A panel ip of the current block.
+	packPanel(ip int)
+	// compute computes column tiles [first, end) of the current A block
+	// with the goroutine's scratch s.
+	compute(s *gemmScratch, first, end int)
+}
+
+// start prepares the scheduler for t goroutines over nt column tiles in
+// units of at most maxTiles, taking the caller's scratch from the pool.
+func (sc *gemmSched) start(t, nt, maxTiles int) {
+	sc.t = t
+	own := (nt + t - 1) / t
+	units := (own + maxTiles - 1) / maxTiles
+	sc.chunk = (own + units - 1) / units
+	if cap(sc.ranges) < t {
+		sc.ranges = make([]gemmRange, t)
+	}
+	sc.ranges = sc.ranges[:t]
+	sc.s = gemmPool.Get().(*gemmScratch)
+}
+
+// finish returns the caller's scratch to the pool.
+func (sc *gemmSched) finish() {
+	gemmPool.Put(sc.s)
+	sc.s = nil
+}
+
+// block runs one A block of panels A panels and nt column tiles on the
+// scheduler's goroutines, the caller included.
+func (sc *gemmSched) block(w gemmWork, panels, nt int) {
+	sc.panels = int64(panels)
+	sc.nextPanel.Store(0)
+	sc.donePanels.Store(0)
+	for i := range sc.ranges {
+		sc.ranges[i].set(i*nt/sc.t, (i+1)*nt/sc.t)
+	}
+	sc.wg.Add(sc.t - 1)
+	for i := 1; i < sc.t; i++ {
+		task := gemmTask{w, i}
+		select {
+		case gemmTasks <- task:
+		default:
+			go gemmWorker(task)
+		}
+	}
+	gemmRun(w, 0)
+	sc.wg.Wait()
+}
+
+// gemmTask is a share of a job for a worker goroutine.
+type gemmTask struct {
+	work gemmWork
+	i    int
+}
+
+// gemmTasks hands tasks to idle workers. Workers are started on demand and
+// then wait here for more, so a GEMM starts no goroutine in steady state.
+var gemmTasks = make(chan gemmTask)
+
+func gemmWorker(task gemmTask) {
+	for {
+		gemmRun(task.work, task.i)
+		task.work.sched().wg.Done()
+		task = <-gemmTasks
+	}
+}
+
+// gemmRun is goroutine i's part of the current A block.
+func gemmRun(w gemmWork, i int) {
+	sc := w.sched()
+	for {
+		ip := sc.nextPanel.Add(1) - 1
+		if ip >= sc.panels {
+			break
+		}
+		w.packPanel(int(ip))
+		sc.donePanels.Add(1)
+	}
+	for sc.donePanels.Load() < sc.panels {
+		runtime.Gosched() // another goroutine is packing the last panels
+	}
+	s := sc.s
+	if i > 0 {
+		s = gemmPool.Get().(*gemmScratch)
+		defer gemmPool.Put(s)
+	}
+	for {
+		first, end, ok := sc.ranges[i].claimFront(sc.chunk)
+		if !ok {
+			// Steal from the range with the most tiles left.
+			victim, most := -1, 0
+			for v := range sc.ranges {
+				if left := sc.ranges[v].left(); left > most {
+					victim, most = v, left
+				}
+			}
+			if victim < 0 {
+				break
+			}
+			if first, end, ok = sc.ranges[victim].claimBack(sc.chunk); !ok {
+				continue
+			}
+		}
+		w.compute(s, first, end)
+	}
+}
+
+// gemmJob is one gemmBlocked call, shared by its goroutines.
 type gemmJob struct {
+	gemmSched
 	kern           *gemmKernel
-	t              int // goroutines
 	transA, transB bool
 	m, n, k        int
 	alpha, beta    float32
-	a, b, c        []float32
+	a, b           gemmSrc
+	c              []float32
 	lda, ldb, ldc  int
 	bias           []float32 // nil or n floats: K step 0 (see gemmBias)
 	kv             int       // k, plus 1 with a bias
 
-	s      *gemmScratch // the caller's: the shared A block, the caller's B
-	ap     []float32    // the packed A block
+	ap     []float32 // the packed A block
 	kcMax  int
-	mcPad  int         // rows of ap
-	chunk  int         // column tiles per unit of an owned range
-	ranges []gemmRange // column tiles not yet claimed, one per goroutine
-	ic, mc int         // the current A block: rows ic..ic+mc
-
-	nextPanel, donePanels atomic.Int64
-	wg                    sync.WaitGroup
+	mcPad  int // rows of ap
+	ic, mc int // the current A block: rows ic..ic+mc
 }
 
 var gemmJobPool = sync.Pool{New: func() any { return new(gemmJob) }}
 
 // gemmBlocked runs the blocked loops on t goroutines sharing the packed A
 // and splitting the columns of C.
-func gemmBlocked(kern *gemmKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, bias, c []float32, ldc int) {
+func gemmBlocked(kern *gemmKernel, t int, transA, transB bool, m, n, k int, alpha float32, a gemmSrc, lda int, b gemmSrc, ldb int, beta float32, bias, c []float32, ldc int) {
 	mr, nr := kern.mr, kern.nr
 	j := gemmJobPool.Get().(*gemmJob)
-	j.kern, j.t, j.transA, j.transB = kern, t, transA, transB
+	j.kern, j.transA, j.transB = kern, transA, transB
 	j.m, j.n, j.k, j.alpha, j.beta = m, n, k, alpha, beta
 	j.a, j.b, j.c, j.lda, j.ldb, j.ldc = a, b, c, lda, ldb, ldc
 	j.bias, j.kv = bias, k
@@ -276,105 +474,26 @@ func gemmBlocked(kern *gemmKernel, t int, transA, transB bool, m, n, k int, alph
 	j.kcMax = gemmBlock(j.kv, kern.kc, 1)
 	mcMax := gemmBlock(m, max(mr, min(kern.mc, gemmABudget/j.kv/mr*mr)), mr)
 	j.mcPad = (mcMax + mr - 1) / mr * mr
-	nt, maxTiles := (n+nr-1)/nr, max(1, kern.nc/nr)
-	own := (nt + t - 1) / t
-	units := (own + maxTiles - 1) / maxTiles
-	j.chunk = (own + units - 1) / units
-	if cap(j.ranges) < t {
-		j.ranges = make([]gemmRange, t)
-	}
-	j.ranges = j.ranges[:t]
-	j.s = gemmPool.Get().(*gemmScratch)
+	nt := (n + nr - 1) / nr
+	j.start(t, nt, max(1, kern.nc/nr))
 	// The A block is stored K slice by K slice: slice pc starts at
 	// mcPad·pc and holds mr-row panels of kc·mr floats.
 	j.ap = gemmAligned(&j.s.a, j.mcPad*j.kv)
 	for ic := 0; ic < m; ic += mcMax {
 		j.ic, j.mc = ic, min(mcMax, m-ic)
-		j.nextPanel.Store(0)
-		j.donePanels.Store(0)
-		for i := range j.ranges {
-			j.ranges[i].set(i*nt/t, (i+1)*nt/t)
-		}
-		j.fanOut()
+		j.block(j, (j.mc+mr-1)/mr, nt)
 	}
-	gemmPool.Put(j.s)
-	j.s, j.ap, j.a, j.b, j.c, j.bias = nil, nil, nil, nil, nil, nil
+	j.finish()
+	j.ap, j.a, j.b, j.c, j.bias = nil, gemmSrc{}, gemmSrc{}, nil, nil
 	gemmJobPool.Put(j)
 }
 
-// gemmTask is a share of a job for a worker goroutine.
-type gemmTask struct {
-	job *gemmJob
-	i   int
-}
+func (j *gemmJob) sched() *gemmSched { return &j.gemmSched }
 
-// gemmTasks hands tasks to idle workers. Workers are started on demand and
-// then wait here for more, so a GEMM starts no goroutine in steady state.
-var gemmTasks = make(chan gemmTask)
-
-func gemmWorker(task gemmTask) {
-	for {
-		task.job.run(task.i)
-		task.job.wg.Done()
-		task = <-gemmTasks
-	}
-}
-
-// fanOut runs the current A block on t goroutines, the caller included.
-func (j *gemmJob) fanOut() {
-	j.wg.Add(j.t - 1)
-	for i := 1; i < j.t; i++ {
-		task := gemmTask{j, i}
-		select {
-		case gemmTasks <- task:
-		default:
-			go gemmWorker(task)
-		}
-	}
-	j.run(0)
-	j.wg.Wait()
-}
-
-// run is goroutine i's part of the current A block.
-func (j *gemmJob) run(i int) {
-	kern, mr := j.kern, j.kern.mr
-	panels := int64((j.mc + mr - 1) / mr)
-	for {
-		ip := int(j.nextPanel.Add(1) - 1)
-		if ip >= int(panels) {
-			break
-		}
-		j.packPanel(ip)
-		j.donePanels.Add(1)
-	}
-	for j.donePanels.Load() < panels {
-		runtime.Gosched() // another goroutine is packing the last panels
-	}
-	s := j.s
-	if i > 0 {
-		s = gemmPool.Get().(*gemmScratch)
-		defer gemmPool.Put(s)
-	}
-	for {
-		first, end, ok := j.ranges[i].claimFront(j.chunk)
-		if !ok {
-			// Steal from the range with the most tiles left.
-			victim, most := -1, 0
-			for v := range j.ranges {
-				if left := j.ranges[v].left(); left > most {
-					victim, most = v, left
-				}
-			}
-			if victim < 0 {
-				break
-			}
-			if first, end, ok = j.ranges[victim].claimBack(j.chunk); !ok {
-				continue
-			}
-		}
-		lo, hi := first*kern.nr, min(end*kern.nr, j.n)
-		gemmCompute(kern, s, j.ap, j.mcPad, j.mc, hi-lo, j.kv, j.kcMax, j.transB, j.b, j.ldb, lo, j.beta, j.bias, j.c[j.ic*j.ldc+lo:], j.ldc)
-	}
+// compute is gemmWork.compute: column tiles [first, end) of the A block.
+func (j *gemmJob) compute(s *gemmScratch, first, end int) {
+	lo, hi := first*j.kern.nr, min(end*j.kern.nr, j.n)
+	gemmCompute(j.kern, s, j.ap, j.mcPad, j.mc, hi-lo, j.kv, j.kcMax, j.transB, j.b, j.ldb, lo, j.beta, j.bias, j.c[j.ic*j.ldc+lo:], j.ldc)
 }
 
 // gemmRange is a range of column tiles [front, back) that its owner claims
@@ -442,7 +561,11 @@ func (j *gemmJob) packPanel(ip int) {
 			}
 		}
 		if kr > 0 {
-			j.kern.packA(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+			if j.a.plain() {
+				j.kern.packA(d, mr, j.transA, j.a.f, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+			} else {
+				gemmPackAPanelSrc(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+			}
 		}
 	}
 }
@@ -450,7 +573,7 @@ func (j *gemmJob) packPanel(ip int) {
 // gemmCompute computes the mc×n block of C at c (rows ldc apart) from the
 // packed A block ap and columns j0..j0+n of op(B), packing B as it goes.
 // k counts the bias step when bias is not nil.
-func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k, kcMax int, transB bool, b []float32, ldb, j0 int, beta float32, bias, c []float32, ldc int) {
+func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k, kcMax int, transB bool, b gemmSrc, ldb, j0 int, beta float32, bias, c []float32, ldc int) {
 	mr, nr := kern.mr, kern.nr
 	ncMax := gemmBlock(n, kern.nc, nr)
 	bp := gemmAligned(&s.b, (ncMax+nr-1)/nr*nr*kcMax)
@@ -477,7 +600,11 @@ func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k
 					}
 				}
 				if kr > 0 {
-					kern.packB(d, nr, transB, b, ldb, p0, j0+jc+jp, cols, kr)
+					if b.plain() {
+						kern.packB(d, nr, transB, b.f, ldb, p0, j0+jc+jp, cols, kr)
+					} else {
+						gemmPackBPanelSrc(d, nr, transB, b, ldb, p0, j0+jc+jp, cols, kr)
+					}
 				}
 			}
 			for ir := 0; ir < mc; ir += mr {

@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "gemm_amd64.h"
 
 // GEMM micro-kernels. Each computes an MR×NR tile of C from packed panels:
 //
@@ -487,84 +488,6 @@ axpydone:
 
 // ---------------------------------------------------------------------------
 // Packing for the AVX-512 kernel.
-
-// Transpose Z0-Z15 (row i = Z(i), 16 floats each) in place through Z16-Z31:
-// afterwards Z(p) holds column p. Four rounds of 16 shuffles: interleave
-// pairs of rows, then pairs of pairs, then 128-bit lanes twice.
-#define TRANSPOSE16                               \
-	VUNPCKLPS Z1, Z0, Z16;                    \
-	VUNPCKHPS Z1, Z0, Z17;                    \
-	VUNPCKLPS Z3, Z2, Z18;                    \
-	VUNPCKHPS Z3, Z2, Z19;                    \
-	VUNPCKLPS Z5, Z4, Z20;                    \
-	VUNPCKHPS Z5, Z4, Z21;                    \
-	VUNPCKLPS Z7, Z6, Z22;                    \
-	VUNPCKHPS Z7, Z6, Z23;                    \
-	VUNPCKLPS Z9, Z8, Z24;                    \
-	VUNPCKHPS Z9, Z8, Z25;                    \
-	VUNPCKLPS Z11, Z10, Z26;                  \
-	VUNPCKHPS Z11, Z10, Z27;                  \
-	VUNPCKLPS Z13, Z12, Z28;                  \
-	VUNPCKHPS Z13, Z12, Z29;                  \
-	VUNPCKLPS Z15, Z14, Z30;                  \
-	VUNPCKHPS Z15, Z14, Z31;                  \
-	VSHUFPS   $0x44, Z18, Z16, Z0;            \
-	VSHUFPS   $0xEE, Z18, Z16, Z1;            \
-	VSHUFPS   $0x44, Z19, Z17, Z2;            \
-	VSHUFPS   $0xEE, Z19, Z17, Z3;            \
-	VSHUFPS   $0x44, Z22, Z20, Z4;            \
-	VSHUFPS   $0xEE, Z22, Z20, Z5;            \
-	VSHUFPS   $0x44, Z23, Z21, Z6;            \
-	VSHUFPS   $0xEE, Z23, Z21, Z7;            \
-	VSHUFPS   $0x44, Z26, Z24, Z8;            \
-	VSHUFPS   $0xEE, Z26, Z24, Z9;            \
-	VSHUFPS   $0x44, Z27, Z25, Z10;           \
-	VSHUFPS   $0xEE, Z27, Z25, Z11;           \
-	VSHUFPS   $0x44, Z30, Z28, Z12;           \
-	VSHUFPS   $0xEE, Z30, Z28, Z13;           \
-	VSHUFPS   $0x44, Z31, Z29, Z14;           \
-	VSHUFPS   $0xEE, Z31, Z29, Z15;           \
-	VSHUFF32X4 $0x88, Z4, Z0, Z16;            \
-	VSHUFF32X4 $0x88, Z5, Z1, Z17;            \
-	VSHUFF32X4 $0x88, Z6, Z2, Z18;            \
-	VSHUFF32X4 $0x88, Z7, Z3, Z19;            \
-	VSHUFF32X4 $0xDD, Z4, Z0, Z20;            \
-	VSHUFF32X4 $0xDD, Z5, Z1, Z21;            \
-	VSHUFF32X4 $0xDD, Z6, Z2, Z22;            \
-	VSHUFF32X4 $0xDD, Z7, Z3, Z23;            \
-	VSHUFF32X4 $0x88, Z12, Z8, Z24;           \
-	VSHUFF32X4 $0x88, Z13, Z9, Z25;           \
-	VSHUFF32X4 $0x88, Z14, Z10, Z26;          \
-	VSHUFF32X4 $0x88, Z15, Z11, Z27;          \
-	VSHUFF32X4 $0xDD, Z12, Z8, Z28;           \
-	VSHUFF32X4 $0xDD, Z13, Z9, Z29;           \
-	VSHUFF32X4 $0xDD, Z14, Z10, Z30;          \
-	VSHUFF32X4 $0xDD, Z15, Z11, Z31;          \
-	VSHUFF32X4 $0x88, Z24, Z16, Z0;           \
-	VSHUFF32X4 $0x88, Z25, Z17, Z1;           \
-	VSHUFF32X4 $0x88, Z26, Z18, Z2;           \
-	VSHUFF32X4 $0x88, Z27, Z19, Z3;           \
-	VSHUFF32X4 $0x88, Z28, Z20, Z4;           \
-	VSHUFF32X4 $0x88, Z29, Z21, Z5;           \
-	VSHUFF32X4 $0x88, Z30, Z22, Z6;           \
-	VSHUFF32X4 $0x88, Z31, Z23, Z7;           \
-	VSHUFF32X4 $0xDD, Z24, Z16, Z8;           \
-	VSHUFF32X4 $0xDD, Z25, Z17, Z9;           \
-	VSHUFF32X4 $0xDD, Z26, Z18, Z10;          \
-	VSHUFF32X4 $0xDD, Z27, Z19, Z11;          \
-	VSHUFF32X4 $0xDD, Z28, Z20, Z12;          \
-	VSHUFF32X4 $0xDD, Z29, Z21, Z13;          \
-	VSHUFF32X4 $0xDD, Z30, Z22, Z14;          \
-	VSHUFF32X4 $0xDD, Z31, Z23, Z15
-
-// Row addressing for the transposes: rows 0-7 at SI, rows 8-15 at DI =
-// SI + 8·lds, with R8 = lds, R9 = 3·lds, R10 = 5·lds, R11 = 7·lds (bytes).
-#define ROWSETUP                  \
-	SHLQ $2, R8;              \
-	LEAQ (R8)(R8*2), R9;      \
-	LEAQ (R8)(R8*4), R10;     \
-	LEAQ (R9)(R8*4), R11;     \
-	LEAQ (SI)(R8*8), DI
 
 // func gemmPackA14TAVX512(dst, src *float32, lds, groups int, alpha float32)
 // dst[p*14 + i] = alpha·src[i*lds + p] for i < 14, p < 16·groups: 14 rows

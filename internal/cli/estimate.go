@@ -215,6 +215,16 @@ func writeEstimate(w io.Writer, what string, e *plan.Estimate) {
 	fmt.Fprintf(w, "peak: %s = device %s + runtime %s + GC headroom %s\n", plan.GiB(e.Peak), plan.GiB(e.Device), plan.GiB(e.Runtime), plan.GiB(e.Headroom))
 }
 
+// skipUnplanned is a pre-flight that could not plan (an architecture it
+// cannot find): the error, or with --skip-preflight a warning.
+func skipUnplanned(g *Globals, err error, skip bool) error {
+	if !skip {
+		return err
+	}
+	g.Log.Warn().Err(err).Msg("memory pre-flight skipped (--skip-preflight)")
+	return nil
+}
+
 // stepName names a step in messages.
 func stepName(n int) string {
 	return [...]string{"", "step 1 (sft)", "step 2 (reward)", "step 3 (ppo)"}[n]
@@ -224,7 +234,11 @@ func stepName(n int) string {
 // config.json (or a built-in architecture), --dtype, and the flags that
 // size what the step allocates.
 func (o *StageOptions) planInput() (plan.Stage, error) {
-	cfg, err := modelConfig("--model", o.Model)
+	dir := o.Model
+	if o.modelDir != "" { // resolved (a Hub id's snapshot)
+		dir = o.modelDir
+	}
+	cfg, err := modelConfig(o.g, "--model", dir, o.Revision)
 	if err != nil {
 		return plan.Stage{}, err
 	}
@@ -254,7 +268,7 @@ func (o *StageOptions) planWith(cfg *model.Config, dt kernels.DType) plan.Stage 
 func (o *StageOptions) preflight() error {
 	in, err := o.planInput()
 	if err != nil {
-		return err
+		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
 	est, err := in.Estimate()
 	if err != nil {
@@ -268,8 +282,15 @@ func (o *StageOptions) preflight() error {
 // size what the step allocates.
 func (o *PPOOptions) planInput() (plan.PPO, error) {
 	var cfgs [3]*model.Config
-	for i, f := range []struct{ flag, dir string }{{"--actor", o.Actor}, {"--critic", o.Critic}, {"--reward", o.Reward}} {
-		c, err := modelConfig(f.flag, f.dir)
+	pick := func(name, resolved string) string {
+		if resolved != "" { // a Hub id's snapshot
+			return resolved
+		}
+		return name
+	}
+	for i, f := range []struct{ flag, dir string }{{"--actor", pick(o.Actor, o.actorDir)}, {"--critic", pick(o.Critic, o.criticDir)},
+		{"--reward", pick(o.Reward, o.rewardDir)}} {
+		c, err := modelConfig(o.g, f.flag, f.dir, o.Revision)
 		if err != nil {
 			return plan.PPO{}, err
 		}
@@ -309,7 +330,7 @@ func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType)
 func (o *PPOOptions) preflight() error {
 	in, err := o.planInput()
 	if err != nil {
-		return err
+		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
 	est, err := in.Estimate()
 	if err != nil {

@@ -235,11 +235,11 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
 		}
 	}
-	if err := o.preflight(); err != nil {
-		return err
-	}
 	var err error
 	if err := o.resolveModels(); err != nil {
+		return err
+	}
+	if err := o.preflight(); err != nil {
 		return err
 	}
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {

@@ -27,31 +27,37 @@ func (g *Globals) availableMemory() (plan.Memory, error) {
 	return plan.Available(os.DirFS("/"))
 }
 
-// modelConfig reads the config.json of a model directory named by flag,
-// or the architecture of a built-in name (opt-1.3b, facebook/opt-1.3b):
-// all the planner needs, without loading weights.
-func modelConfig(flag, nameOrDir string) (*model.Config, error) {
-	path := filepath.Join(nameOrDir, "config.json")
-	if _, err := os.Stat(path); err == nil {
+// modelConfig is the architecture of the model a flag names, all the
+// planner needs, found without loading or downloading anything: the
+// config.json of a directory, or of the Hub id's snapshot in the Hugging
+// Face cache at revision (short forms such as 1.3b included), or a
+// built-in architecture (opt-1.3b, facebook/opt-1.3b).
+func modelConfig(g *Globals, flag, name, revision string) (*model.Config, error) {
+	read := func(path string) (*model.Config, error) {
 		c, err := model.LoadConfig(path)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", flag, nameOrDir, err)
+			return nil, fmt.Errorf("%s %s: %w", flag, name, err)
 		}
 		return c, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s %s: %w", flag, nameOrDir, err)
 	}
-	// A Hub name: the cached snapshot's config.json when there is one
-	// (no download before the plan), else the built-in architecture.
-	id := hub.ModelID(nameOrDir)
-	if dir, _, err := hub.Lookup(hub.CacheDir(os.Getenv), hub.Repo{Type: hub.Model, ID: id}, "main"); err == nil {
-		if c, err := model.LoadConfig(filepath.Join(dir, "config.json")); err == nil {
-			return c, nil
+	path := filepath.Join(name, "config.json")
+	if _, err := os.Stat(path); err == nil {
+		return read(path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s %s: %w", flag, name, err)
+	}
+	id := hub.ModelID(name)
+	if hub.ValidID(id) == nil {
+		if dir, _, err := hub.Lookup(newHub(g).Cache, hub.Repo{Type: hub.Model, ID: id}, revision); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+				return read(filepath.Join(dir, "config.json"))
+			}
 		}
 	}
 	c, err := model.PresetConfig(id)
 	if err != nil {
-		return nil, usageErrorf("%s %s: no config.json there, and not a built-in architecture (%s)", flag, nameOrDir, strings.Join(model.PresetNames(), ", "))
+		return nil, usageErrorf("%s %s: no config.json there or in the Hugging Face cache, and not a built-in architecture (%s); the memory pre-flight needs it (--skip-preflight goes without)",
+			flag, name, strings.Join(model.PresetNames(), ", "))
 	}
 	return c, nil
 }

@@ -285,11 +285,11 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 func runStage(ctx context.Context, o *StageOptions) error {
 	log := o.g.Log
 	start := time.Now()
-	if err := o.preflight(); err != nil {
-		return err
-	}
 	var err error
 	if o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision); err != nil {
+		return err
+	}
+	if err := o.preflight(); err != nil {
 		return err
 	}
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {

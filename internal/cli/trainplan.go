@@ -116,12 +116,12 @@ func (o *TrainOptions) configOf(flag, dir string, depth int) (*model.Config, err
 	case dir == o.stepDir(2):
 		return o.configOf("--reward", o.Reward, depth+1)
 	case o.gen != nil && strings.HasPrefix(dir, o.genDir+string(filepath.Separator)):
-		if c, err := modelConfig(flag, dir); err == nil {
+		if c, err := modelConfig(o.g, flag, dir, o.Revision); err == nil {
 			return c, nil // prepared already
 		}
 		return o.gen.Config()
 	}
-	return modelConfig(flag, dir)
+	return modelConfig(o.g, flag, dir, o.Revision)
 }
 
 // preflight checks every step to run against the available memory before
@@ -169,11 +169,11 @@ func (o *TrainOptions) preflight() error {
 // the commands' defaults (logged); recipes that exist but do not fit are
 // an error naming them.
 func (o *TrainOptions) pickRecipe() error {
-	actor, err := modelConfig("--actor", o.Actor)
+	actor, err := modelConfig(o.g, "--actor", o.Actor, o.Revision)
 	if err != nil {
 		return err
 	}
-	rm, err := modelConfig("--reward", o.Reward)
+	rm, err := modelConfig(o.g, "--reward", o.Reward, o.Revision)
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,18 @@ GLOBL amxcfg<>(SB), RODATA|NOPTR, $64
 	VMOVUPS.Z (R12), K1, Z28;   \
 	VMOVUPS.Z 64(R12), K2, Z29
 
+// Prefetch the B block after next (the 32 lines at BX+4096..6143), so that
+// it is in L1 before its tile loads (the B panels stream from L2).
+#define PREFETCHB \
+	PREFETCHT0 4096(BX); PREFETCHT0 4160(BX); PREFETCHT0 4224(BX); PREFETCHT0 4288(BX); \
+	PREFETCHT0 4352(BX); PREFETCHT0 4416(BX); PREFETCHT0 4480(BX); PREFETCHT0 4544(BX); \
+	PREFETCHT0 4608(BX); PREFETCHT0 4672(BX); PREFETCHT0 4736(BX); PREFETCHT0 4800(BX); \
+	PREFETCHT0 4864(BX); PREFETCHT0 4928(BX); PREFETCHT0 4992(BX); PREFETCHT0 5056(BX); \
+	PREFETCHT0 5120(BX); PREFETCHT0 5184(BX); PREFETCHT0 5248(BX); PREFETCHT0 5312(BX); \
+	PREFETCHT0 5376(BX); PREFETCHT0 5440(BX); PREFETCHT0 5504(BX); PREFETCHT0 5568(BX); \
+	PREFETCHT0 5632(BX); PREFETCHT0 5696(BX); PREFETCHT0 5760(BX); PREFETCHT0 5824(BX); \
+	PREFETCHT0 5888(BX); PREFETCHT0 5952(BX); PREFETCHT0 6016(BX); PREFETCHT0 6080(BX)
+
 // func gemmStripAMX(a, b *uint16, kb, nb int, c *float32, ldc, rows, cols int, alpha, beta float32, bias *float32, direct bool, tile *float32)
 //
 // For each of the nb B panels: four 16×16 fp32 accumulator tiles (TMM0
@@ -95,7 +107,8 @@ GLOBL amxcfg<>(SB), RODATA|NOPTR, $64
 //	DI = DX + 16 rows, SI ldc in bytes, CX = 64 (tile row stride),
 //	R10 panels left, R11 columns left, R12 bias of the panel (0: none),
 //	R15 scratch tile, AX A block in the K loop, R9 K counter,
-//	R13 zero (bias tile stride) and then the epilogue flag, R14 temp.
+//	R13 epilogue flag (0, the bias tile's row stride, when beta is 0),
+//	R14 temp.
 //	Z27-Z31 epilogue scalars (EPISCALARS), Z0-Z3 epilogue rows.
 //
 // The tile configuration is loaded on entry and the tiles released before
@@ -156,38 +169,7 @@ amxk:
 	MOVQ kb+16(FP), R9
 
 amxkloop:
-	PREFETCHT0 4096(BX)
-	PREFETCHT0 4160(BX)
-	PREFETCHT0 4224(BX)
-	PREFETCHT0 4288(BX)
-	PREFETCHT0 4352(BX)
-	PREFETCHT0 4416(BX)
-	PREFETCHT0 4480(BX)
-	PREFETCHT0 4544(BX)
-	PREFETCHT0 4608(BX)
-	PREFETCHT0 4672(BX)
-	PREFETCHT0 4736(BX)
-	PREFETCHT0 4800(BX)
-	PREFETCHT0 4864(BX)
-	PREFETCHT0 4928(BX)
-	PREFETCHT0 4992(BX)
-	PREFETCHT0 5056(BX)
-	PREFETCHT0 5120(BX)
-	PREFETCHT0 5184(BX)
-	PREFETCHT0 5248(BX)
-	PREFETCHT0 5312(BX)
-	PREFETCHT0 5376(BX)
-	PREFETCHT0 5440(BX)
-	PREFETCHT0 5504(BX)
-	PREFETCHT0 5568(BX)
-	PREFETCHT0 5632(BX)
-	PREFETCHT0 5696(BX)
-	PREFETCHT0 5760(BX)
-	PREFETCHT0 5824(BX)
-	PREFETCHT0 5888(BX)
-	PREFETCHT0 5952(BX)
-	PREFETCHT0 6016(BX)
-	PREFETCHT0 6080(BX)
+	PREFETCHB
 	TILELOADD(4, 0, 1, 0)     // A rows 0-15
 	TILELOADD(6, 3, 1, 0)     // B columns 0-15
 	TDPBF16PS(0, 4, 6)

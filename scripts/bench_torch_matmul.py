@@ -33,10 +33,20 @@ point the loader at it:
     apt-get download libopenblas0-pthread && dpkg-deb -x libopenblas0-pthread_*.deb /tmp/ob
     LD_LIBRARY_PATH=/tmp/ob/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 scripts/bench_torch_matmul.py
 
-Compare with `go test ./kernels/cpu/ -run '^$' -bench BenchmarkGemm`.
+Compare with `go test ./kernels/cpu/ -run '^$' -bench BenchmarkGemm`, or
+interleave with gochat on a noisy (shared) machine:
+
+    go build -o /tmp/gochat ./cmd/gochat
+    /usr/bin/python3 scripts/bench_torch_matmul.py --variants nt --gochat /tmp/gochat --rounds 3
+
+With --gochat, each round times, for each shape and variant back to back,
+`gochat bench matmul --dtype D` for each dtype and then torch.matmul for
+each dtype, so that both see the same load; lines carry "who": "gochat" or
+"torch", and a table of medians over the rounds ends the output.
 """
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -92,18 +102,26 @@ def main():
     p.add_argument("--shapes", default="", help="comma-separated MxNxK (default: all)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
     p.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    p.add_argument("--gochat", default="", help="a gochat binary to time beside torch (see above)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of measurements (with --gochat)")
     p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child == 0:
+        lines = []
         for threads in [int(t) for t in args.threads.split(",")]:
             env = dict(os.environ)
             for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
                 env[var] = str(threads)
-            subprocess.run([sys.executable, __file__, "--child", str(threads),
-                            "--reps", str(args.reps), "--min-time", str(args.min_time),
-                            "--shapes", args.shapes, "--variants", args.variants,
-                            "--dtypes", args.dtypes],
-                           env=env, check=True)
+            out = subprocess.run([sys.executable, __file__, "--child", str(threads),
+                                  "--reps", str(args.reps), "--min-time", str(args.min_time),
+                                  "--shapes", args.shapes, "--variants", args.variants,
+                                  "--dtypes", args.dtypes, "--gochat", args.gochat,
+                                  "--rounds", str(args.rounds)],
+                                 env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+            sys.stdout.write(out)
+            lines += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+        if args.gochat:
+            print_table(lines)
         return
     threads = args.child
     shapes = SHAPES
@@ -111,14 +129,46 @@ def main():
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    for m, n, k in shapes:
-        for variant in args.variants.split(","):
-            for dtype in args.dtypes.split(","):
-                if dtype not in ("fp32", "bf16"):
-                    sys.exit(f"--dtypes: unknown dtype {dtype!r} (want fp32 or bf16)")
-                g = bench(m, n, k, variant, dtype, args.reps, args.min_time)
-                print(json.dumps({"m": m, "n": n, "k": k, "transpose": variant, "dtype": dtype,
-                                  "threads": threads, "gflops": round(g, 1)}), flush=True)
+    dtypes = args.dtypes.split(",")
+    for dtype in dtypes:
+        if dtype not in ("fp32", "bf16"):
+            sys.exit(f"--dtypes: unknown dtype {dtype!r} (want fp32 or bf16)")
+    for rnd in range(args.rounds if args.gochat else 1):
+        for m, n, k in shapes:
+            for variant in args.variants.split(","):
+                if args.gochat:
+                    for dtype in dtypes:
+                        out = subprocess.run([args.gochat, "--threads", str(threads), "bench", "matmul",
+                                              "--shape", f"{m}x{n}x{k}", "--transpose", variant,
+                                              "--dtype", dtype, "--json"],
+                                             check=True, stdout=subprocess.PIPE, text=True).stdout
+                        r = json.loads(out)
+                        r.update(who="gochat", round=rnd)
+                        print(json.dumps(r), flush=True)
+                for dtype in dtypes:
+                    g = bench(m, n, k, variant, dtype, args.reps, args.min_time)
+                    r = {"m": m, "n": n, "k": k, "transpose": variant, "dtype": dtype,
+                         "threads": threads, "gflops": round(g, 1)}
+                    if args.gochat:
+                        r.update(who="torch", round=rnd)
+                    print(json.dumps(r), flush=True)
+
+
+def print_table(lines):
+    """Prints the medians over rounds: gochat and torch, fp32 and bf16."""
+    cell = collections.defaultdict(list)
+    for r in lines:
+        cell[(r["threads"], r["m"], r["n"], r["k"], r["transpose"], r["who"], r["dtype"])].append(r["gflops"])
+    keys = sorted({k[:5] for k in cell})
+    print("threads  shape (MxNxK variant)  gochat fp32  gochat bf16  torch fp32  torch bf16  "
+          "(GFLOP/s, medians of rounds)")
+    for key in keys:
+        def med(who, dtype):
+            x = cell.get(key + (who, dtype))
+            return f"{statistics.median(x):11.0f}" if x else f"{'-':>11}"
+        t, m, n, k, v = key
+        print(f"{t:7d}  {f'{m}x{n}x{k} {v}':21s}  {med('gochat', 'fp32')}  {med('gochat', 'bf16')}  "
+              f"{med('torch', 'fp32')}  {med('torch', 'bf16')}")
 
 
 if __name__ == "__main__":

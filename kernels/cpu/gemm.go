@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -324,6 +325,8 @@ type gemmSched struct {
 	panels int64        // A panels of the current block
 
 	nextPanel, donePanels atomic.Int64
+	started, pending      atomic.Int64 // workers that started, that are not done
+	parked                atomic.Bool  // the caller blocked waiting for the workers
 	wg                    sync.WaitGroup
 }
 
@@ -368,15 +371,21 @@ func (sc *gemmSched) block(w gemmWork, panels, nt int) {
 		sc.ranges[i].set(i*nt/sc.t, (i+1)*nt/sc.t)
 	}
 	sc.wg.Add(sc.t - 1)
+	sc.started.Store(0)
+	sc.pending.Store(int64(sc.t - 1))
+	sc.parked.Store(false)
 	for i := 1; i < sc.t; i++ {
-		task := gemmTask{w, i}
-		select {
-		case gemmTasks <- task:
-		default:
-			go gemmWorker(task)
-		}
+		gemmHandOff(gemmTask{w, i})
 	}
 	gemmRun(w, 0)
+	// Poll for the workers while they run on other processors; a worker
+	// that has not started may be queued on this one, so block then.
+	if sc.t > 1 && sc.started.Load() == int64(sc.t-1) {
+		gemmSpinWhile(gemmSpin, func() bool { return sc.pending.Load() > 0 })
+	}
+	if sc.pending.Load() > 0 {
+		sc.parked.Store(true)
+	}
 	sc.wg.Wait()
 }
 
@@ -387,14 +396,93 @@ type gemmTask struct {
 }
 
 // gemmTasks hands tasks to idle workers. Workers are started on demand and
-// then wait here for more, so a GEMM starts no goroutine in steady state.
-var gemmTasks = make(chan gemmTask)
+// then wait for more, so a GEMM starts no goroutine in steady state.
+// gemmIdle counts the idle workers no task has been promised to: a sender
+// that takes one (decrements it from a positive value) queues its task,
+// which that worker will receive; when there is none it starts a worker.
+var (
+	gemmTasks = make(chan gemmTask, 256)
+	gemmIdle  atomic.Int64
+)
+
+// gemmSpin is how long a GEMM's caller polls for its workers while they
+// run on other processors, and gemmWorkerSpin how long an idle worker
+// polls for its next task, before blocking. A blocked goroutine takes
+// tens of microseconds to run again once woken (about 80 µs on the
+// development machine, a VM: the runtime wakes a parked thread, which
+// steals the goroutine), while a bf16 GEMM of a transformer layer on AMX
+// takes 0.2-0.5 ms: without polling, the worker of a 512x768x768 bf16 GEMM
+// on two threads typically started after the caller had packed all of A
+// alone, and the caller then slept through the worker's last tiles.
+//
+// The polls do not yield the processor (a goroutine that yields in a loop
+// keeps the other processors asleep, so a worker polling that way on the
+// caller's processor would never run beside it), so each side polls only
+// while the other runs elsewhere: the caller while all its workers have
+// started, a worker unless the caller blocked (its wake-up may be queued
+// on the worker's processor). A polling worker holds its processor, which
+// delays other goroutines started meanwhile (say, the next kernel's
+// parallelFor); its poll is therefore short, enough for back-to-back GEMMs
+// (MatmulBackward's two, a benchmark loop). Polls are skipped when
+// GOMAXPROCS is 1.
+var (
+	gemmSpin       = 50 * time.Microsecond
+	gemmWorkerSpin = 20 * time.Microsecond
+)
+
+// gemmSpinWhile polls cond until it is false or spin has passed.
+func gemmSpinWhile(spin time.Duration, cond func() bool) {
+	if spin <= 0 || runtime.GOMAXPROCS(0) < 2 {
+		return
+	}
+	start := time.Now()
+	for i := 1; cond(); i++ {
+		if i%64 == 0 && time.Since(start) > spin {
+			return
+		}
+	}
+}
+
+// gemmHandOff gives task to an idle worker or to a new one.
+func gemmHandOff(task gemmTask) {
+	for {
+		n := gemmIdle.Load()
+		if n <= 0 {
+			go gemmWorker(task)
+			return
+		}
+		if gemmIdle.CompareAndSwap(n, n-1) {
+			gemmTasks <- task
+			return
+		}
+	}
+}
 
 func gemmWorker(task gemmTask) {
 	for {
+		sc := task.work.sched()
+		sc.started.Add(1)
 		gemmRun(task.work, task.i)
-		task.work.sched().wg.Done()
-		task = <-gemmTasks
+		gemmIdle.Add(1) // before pending: the caller's next GEMM may hand us its task
+		sc.pending.Add(-1)
+		parked := sc.parked.Load()
+		sc.wg.Done()
+		// Poll for the next task unless the caller blocked, then block.
+		polled := false
+		if !parked {
+			gemmSpinWhile(gemmWorkerSpin, func() bool {
+				select {
+				case task = <-gemmTasks:
+					polled = true
+					return false
+				default:
+					return true
+				}
+			})
+		}
+		if !polled {
+			task = <-gemmTasks
+		}
 	}
 }
 

@@ -79,6 +79,18 @@ GLOBL amxcfg<>(SB), RODATA|NOPTR, $64
 	VMOVUPS.Z (R12), K1, Z28;   \
 	VMOVUPS.Z 64(R12), K2, Z29
 
+// Prefetch the B block after next (the 32 lines at BX+4096..6143), so that
+// it is in L1 before its tile loads (the B panels stream from L2).
+#define PREFETCHB \
+	PREFETCHT0 4096(BX); PREFETCHT0 4160(BX); PREFETCHT0 4224(BX); PREFETCHT0 4288(BX); \
+	PREFETCHT0 4352(BX); PREFETCHT0 4416(BX); PREFETCHT0 4480(BX); PREFETCHT0 4544(BX); \
+	PREFETCHT0 4608(BX); PREFETCHT0 4672(BX); PREFETCHT0 4736(BX); PREFETCHT0 4800(BX); \
+	PREFETCHT0 4864(BX); PREFETCHT0 4928(BX); PREFETCHT0 4992(BX); PREFETCHT0 5056(BX); \
+	PREFETCHT0 5120(BX); PREFETCHT0 5184(BX); PREFETCHT0 5248(BX); PREFETCHT0 5312(BX); \
+	PREFETCHT0 5376(BX); PREFETCHT0 5440(BX); PREFETCHT0 5504(BX); PREFETCHT0 5568(BX); \
+	PREFETCHT0 5632(BX); PREFETCHT0 5696(BX); PREFETCHT0 5760(BX); PREFETCHT0 5824(BX); \
+	PREFETCHT0 5888(BX); PREFETCHT0 5952(BX); PREFETCHT0 6016(BX); PREFETCHT0 6080(BX)
+
 // func gemmStripAMX(a, b *uint16, kb, nb int, c *float32, ldc, rows, cols int, alpha, beta float32, bias *float32, direct bool, tile *float32)
 //
 // For each of the nb B panels: four 16×16 fp32 accumulator tiles (TMM0
@@ -95,7 +107,8 @@ GLOBL amxcfg<>(SB), RODATA|NOPTR, $64
 //	DI = DX + 16 rows, SI ldc in bytes, CX = 64 (tile row stride),
 //	R10 panels left, R11 columns left, R12 bias of the panel (0: none),
 //	R15 scratch tile, AX A block in the K loop, R9 K counter,
-//	R13 zero (bias tile stride) and then the epilogue flag, R14 temp.
+//	R13 epilogue flag (0, the bias tile's row stride, when beta is 0),
+//	R14 temp.
 //	Z27-Z31 epilogue scalars (EPISCALARS), Z0-Z3 epilogue rows.
 //
 // The tile configuration is loaded on entry and the tiles released before
@@ -156,38 +169,7 @@ amxk:
 	MOVQ kb+16(FP), R9
 
 amxkloop:
-	PREFETCHT0 4096(BX)
-	PREFETCHT0 4160(BX)
-	PREFETCHT0 4224(BX)
-	PREFETCHT0 4288(BX)
-	PREFETCHT0 4352(BX)
-	PREFETCHT0 4416(BX)
-	PREFETCHT0 4480(BX)
-	PREFETCHT0 4544(BX)
-	PREFETCHT0 4608(BX)
-	PREFETCHT0 4672(BX)
-	PREFETCHT0 4736(BX)
-	PREFETCHT0 4800(BX)
-	PREFETCHT0 4864(BX)
-	PREFETCHT0 4928(BX)
-	PREFETCHT0 4992(BX)
-	PREFETCHT0 5056(BX)
-	PREFETCHT0 5120(BX)
-	PREFETCHT0 5184(BX)
-	PREFETCHT0 5248(BX)
-	PREFETCHT0 5312(BX)
-	PREFETCHT0 5376(BX)
-	PREFETCHT0 5440(BX)
-	PREFETCHT0 5504(BX)
-	PREFETCHT0 5568(BX)
-	PREFETCHT0 5632(BX)
-	PREFETCHT0 5696(BX)
-	PREFETCHT0 5760(BX)
-	PREFETCHT0 5824(BX)
-	PREFETCHT0 5888(BX)
-	PREFETCHT0 5952(BX)
-	PREFETCHT0 6016(BX)
-	PREFETCHT0 6080(BX)
+	PREFETCHB
 	TILELOADD(4, 0, 1, 0)     // A rows 0-15
 	TILELOADD(6, 3, 1, 0)     // B columns 0-15
 	TDPBF16PS(0, 4, 6)
@@ -958,14 +940,21 @@ pairstbf16done:
 	VPMOVZXWD off(DI)(AX*2), z; \
 	VPSLLD    $16, z, z
 
+// W[j+1, p..p+16] (the row at BX, p in AX) widened into z.
+#define WIDENB(off, z) \
+	VPMOVZXWD off(BX)(AX*2), z; \
+	VPSLLD    $16, z, z
+
 // func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
 // s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for j < nw, p < k: one row of X
 // against the rows of W (decoding: out = x·Wᵀ with W stored [OC, C]).
-// Per row of W: four accumulators (Z0-Z3) over 64 values at a time, then
-// 16 at a time into Z0, then the last k mod 16 under mask K1.
+// Rows of W go two at a time (two streams from memory, x loaded once for
+// both): four accumulators a row (Z0-Z3, Z4-Z7) over 64 values at a time,
+// x in Z16-Z19; then 16 at a time into Z0 and Z4, then the last k mod 16
+// under mask K1. A last odd row goes alone the same way.
 //
-// Registers: SI x, DI row j of W, R8 ldw in bytes, R9 rows left, CX k,
-// DX s, AX p, R10 loop limit.
+// Registers: SI x, DI row j of W, BX row j+1, R8 ldw in bytes, R9 rows
+// left, CX k, DX s, AX p, R10 loop limit.
 TEXT ·gemmSkinnyDots1BF16(SB), NOSPLIT, $0-48
 	MOVQ  x+0(FP), SI
 	MOVQ  w+8(FP), DI
@@ -979,10 +968,90 @@ TEXT ·gemmSkinnyDots1BF16(SB), NOSPLIT, $0-48
 	MOVL  $-1, R10
 	BZHIL AX, R10, R10
 	KMOVW R10, K1
-	TESTQ R9, R9
-	JEQ   dots1done
+
+dots1pair:
+	CMPQ   R9, $2
+	JLT    dots1row
+	LEAQ   (DI)(R8*1), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ   AX, AX
+	LEAQ   -64(CX), R10
+
+dots1pair64:
+	CMPQ    AX, R10
+	JGT     dots1pair16
+	VMOVUPS (SI)(AX*4), Z16
+	VMOVUPS 64(SI)(AX*4), Z17
+	VMOVUPS 128(SI)(AX*4), Z18
+	VMOVUPS 192(SI)(AX*4), Z19
+	WIDEN(0, Z8)
+	WIDEN(32, Z9)
+	WIDEN(64, Z10)
+	WIDEN(96, Z11)
+	WIDENB(0, Z12)
+	WIDENB(32, Z13)
+	WIDENB(64, Z14)
+	WIDENB(96, Z15)
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z17, Z9, Z1
+	VFMADD231PS Z18, Z10, Z2
+	VFMADD231PS Z19, Z11, Z3
+	VFMADD231PS Z16, Z12, Z4
+	VFMADD231PS Z17, Z13, Z5
+	VFMADD231PS Z18, Z14, Z6
+	VFMADD231PS Z19, Z15, Z7
+	ADDQ    $64, AX
+	JMP     dots1pair64
+
+dots1pair16:
+	LEAQ -16(CX), R10
+
+dots1pair16loop:
+	CMPQ    AX, R10
+	JGT     dots1pairmask
+	VMOVUPS (SI)(AX*4), Z16
+	WIDEN(0, Z8)
+	WIDENB(0, Z12)
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z16, Z12, Z4
+	ADDQ    $16, AX
+	JMP     dots1pair16loop
+
+dots1pairmask:
+	CMPQ        AX, CX
+	JGE         dots1pairsum
+	VMOVUPS.Z   (SI)(AX*4), K1, Z16
+	VPMOVZXWD.Z (DI)(AX*2), K1, Z8
+	VPMOVZXWD.Z (BX)(AX*2), K1, Z12
+	VPSLLD      $16, Z8, Z8
+	VPSLLD      $16, Z12, Z12
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z16, Z12, Z4
+
+dots1pairsum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
+	VADDPS Z5, Z4, Z4
+	VADDPS Z7, Z6, Z6
+	HSUM2(Z4, Z6, Y4, X4, Y5, X5)
+	VMOVSS X0, (DX)
+	VMOVSS X4, 4(DX)
+	ADDQ   $8, DX
+	LEAQ   (DI)(R8*2), DI
+	SUBQ   $2, R9
+	JMP    dots1pair
 
 dots1row:
+	TESTQ  R9, R9
+	JEQ    dots1done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -1028,10 +1097,6 @@ dots1sum:
 	VADDPS Z3, Z2, Z2
 	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
 	VMOVSS X0, (DX)
-	ADDQ   $4, DX
-	ADDQ   R8, DI
-	DECQ   R9
-	JNZ    dots1row
 
 dots1done:
 	VZEROUPPER

@@ -117,9 +117,13 @@ func TestPPOEstimate(t *testing.T) {
 
 	q := p
 	q.KeepCache = true
+	eK := must(q.Estimate())
 	phaseK := map[string]int64{}
-	for _, ph := range must(q.Estimate()).Phases {
+	for _, ph := range eK.Phases {
 		phaseK[ph.Name] = ph.Bytes
+	}
+	if e.Headroom-eK.Headroom != a.KVCache || e.Headroom > e.Device*GCPercent/100 {
+		t.Errorf("the KV cache freed every round is headroom unless kept: %d vs %d", e.Headroom, eK.Headroom)
 	}
 	if phaseK["train"] != phase["train"]+a.KVCache {
 		t.Errorf("--keep-inference-cache keeps the cache through training: %d vs %d", phaseK["train"], phase["train"])

@@ -170,12 +170,11 @@ type Estimate struct {
 	// Runtime and Headroom are the allowances for what the device
 	// accounting does not see; Peak = Device + Runtime + Headroom is the
 	// estimated peak resident memory. Headroom is the memory of buffers
-	// the step frees and then allocates again (step 3's inference
-	// workspace, KV cache and scoring activations every round, the fused
-	// copies saving makes one after the other): freed memory comes back
-	// only at the next collection, and the collector lets the heap grow by
-	// GCPercent% of the live bytes before it runs, so the headroom is the
-	// smaller of the two.
+	// the step frees and then allocates again (step 3's scoring
+	// activations every round, the fused copies saving makes one after the
+	// other): freed memory comes back only at the next collection, and the
+	// collector lets the heap grow by GCPercent% of the live bytes before
+	// it runs, so the headroom is the smaller of the two.
 	Runtime  int64 `json:"runtime"`
 	Headroom int64 `json:"gc_headroom"`
 	Peak     int64 `json:"peak"`
@@ -197,10 +196,10 @@ type Part struct {
 
 // finish sets Device, Runtime, Headroom and Peak from the phases and the
 // churn (the bytes of buffers freed and allocated again between two
-// collections, at least churnShare% of the device bytes): on the CPU the
-// Go runtime and the collector's headroom come on top of the buffers, on a
-// GPU (Parallel.Ranks > 1) the GPUReserve.
-func (e *Estimate) finish(p Parallel, churn int64, churnShare int64) {
+// collections): on the CPU the Go runtime and the collector's headroom
+// come on top of the buffers, on a GPU (Parallel.Ranks > 1) the
+// GPUReserve.
+func (e *Estimate) finish(p Parallel, churn int64) {
 	for _, ph := range e.Phases {
 		e.Device = max(e.Device, ph.Bytes)
 	}
@@ -208,7 +207,7 @@ func (e *Estimate) finish(p Parallel, churn int64, churnShare int64) {
 		e.Runtime = GPUReserve
 	} else {
 		e.Runtime = Runtime
-		e.Headroom = min(max(churn, e.Device*churnShare/100), e.Device*GCPercent/100)
+		e.Headroom = min(churn, e.Device*GCPercent/100)
 	}
 	e.Peak = e.Device + e.Runtime + e.Headroom
 }
@@ -347,7 +346,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 		{"evaluate", state + m.Acts + m.Logits + loraActs},
 		{"save", state + m.Acts + m.Logits + loraActs + save},
 	}
-	e.finish(s.Parallel, 0, 0) // nothing big is freed and allocated again
+	e.finish(s.Parallel, 0) // nothing big is freed and allocated again
 	return e, nil
 }
 
@@ -511,18 +510,12 @@ func (p PPO) Estimate() (*Estimate, error) {
 		{"train", state + acts + loraActs + kept},
 		{"save", state + acts + loraActs + kept + save},
 	}
-	// Every round frees the workspace and the KV cache (unless kept), the
-	// scoring activations and the fusing scratch, and allocates them again
-	// the next round; saving allocates its copies one after the other.
-	// Besides, the activation buffers grow, the old ones freed, whenever a
-	// round's answers are longer or more of its rows are kept than before:
-	// over 2 to 6 rounds the measured peaks sat 3-12% above the device
-	// bytes, hence at least 10%.
-	round := score + fuse
-	if !p.KeepCache {
-		round += gen
-	}
-	e.finish(p.Parallel, max(round, saves), 10)
+	// Every round frees the scoring activations and the fusing scratch and
+	// allocates them again the next round (the workspace and the KV cache
+	// too, but the engine has the device return their memory as it
+	// releases them, Trim); saving allocates its copies one after the
+	// other, the largest counted in the save phase already.
+	e.finish(p.Parallel, max(score+fuse, saves-save))
 	return e, nil
 }
 

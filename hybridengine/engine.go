@@ -219,9 +219,16 @@ func (e *Engine) Train() {
 		}
 		e.kc.Free()
 		e.ws, e.inf, e.kc = nil, nil, nil
+		if t, ok := e.m.Dev.(trimmer); ok {
+			t.Trim()
+		}
 	}
 	e.mode = TrainMode
 }
+
+// trimmer is a device that returns freed memory to the operating system on
+// request (the CPU device: its buffers are garbage-collected memory).
+type trimmer interface{ Trim() }
 
 // cache returns a reset KV cache for b rows of up to tmax positions with
 // prefill chunks of chunk positions, reusing the engine's when it fits.

@@ -686,3 +686,38 @@ func TestGenerateBytes(t *testing.T) {
 		}
 	}
 }
+
+// trimCounter is a device that counts Trim calls.
+type trimCounter struct {
+	kernels.Device
+	trims int
+}
+
+func (d *trimCounter) Trim() { d.trims++ }
+
+// TestTrainTrimsReleasedMemory: leaving Generate mode hands the released
+// workspace and KV cache back to a device that can trim (the CPU device
+// returns them to the operating system), and does not when it keeps them.
+func TestTrainTrimsReleasedMemory(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		cpuDev, err := cpu.New(cpu.Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := &trimCounter{Device: cpuDev}
+		m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", "preln"), model.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEngine(t, m, newLoRA(t, m, 1), Options{MaxAnswerLen: 2, Sample: greedy, KeepInferenceCache: keep})
+		for range 2 {
+			if _, err := e.Generate(leftPad(m, randomPrompts(m, 1, 3, 4), 4)); err != nil {
+				t.Fatal(err)
+			}
+			e.Train()
+		}
+		if want := map[bool]int{false: 2, true: 0}[keep]; dev.trims != want {
+			t.Errorf("keep %v: %d trims, want %d", keep, dev.trims, want)
+		}
+	}
+}

@@ -12,10 +12,11 @@
 // (model.ActsBytes, model.CacheBytes, lora.Size, optim.StateBytes,
 // hybridengine.GenerateBytes, the stages' Acts and ppo's ActsPlan), each
 // tested against the allocations themselves, so the estimate follows the
-// code. What the device accounting cannot see — the Go runtime, the
-// binary, the tokenizer and data, and the garbage the collector has not
-// reclaimed yet — is a calibrated allowance (Runtime, HeadroomFraction),
-// measured against peak RSS in README.md.
+// code. What the device accounting cannot see is an allowance: the Go
+// runtime, the binary, the tokenizer and data (Runtime, calibrated), and
+// the buffers a step frees and allocates again before the collector has
+// returned their memory (Estimate.Headroom, bounded by GCPercent); both
+// are measured against peak RSS in README.md.
 package plan
 
 import (
@@ -31,18 +32,11 @@ import (
 	"github.com/gochat-ai/gochat/sft"
 )
 
-// Runtime is the resident memory of a step beyond its device buffers when
-// the models are small: the Go runtime, the binary's pages, the tokenizer,
-// the data and the host-side slices of a batch. Measured with
-// /usr/bin/time -v on this project's steps (README.md, "Memory planner").
+// Runtime is the resident memory of a step beyond its device buffers: the
+// Go runtime, the binary's pages, the tokenizer, the data and the
+// host-side slices of a batch. Calibrated with /usr/bin/time -v on steps
+// 1-3 with opt-125m, opt-350m and opt-1.3b (README.md, "Memory planner").
 const Runtime int64 = 200 << 20
-
-// HeadroomFraction is the garbage the collector lets accumulate above the
-// live bytes before it reclaims it, as a fraction of the device bytes: a
-// step sets GOGC to GCPercent (unless the environment sets GOGC), so
-// between two collections the heap grows by at most GCPercent% of what
-// was live; on average about half of that is reached at the peak.
-const HeadroomFraction = float64(GCPercent) / 100 / 2
 
 // GCPercent is the GOGC value the training steps run with (unless the
 // environment sets GOGC). Device buffers hold no pointers, so a collection
@@ -175,7 +169,12 @@ type Estimate struct {
 	Device int64   `json:"device_peak"`
 	// Runtime and Headroom are the allowances for what the device
 	// accounting does not see; Peak = Device + Runtime + Headroom is the
-	// estimated peak resident memory.
+	// estimated peak resident memory. Headroom is the memory of buffers
+	// the step frees and then allocates again (step 3's scoring
+	// activations every round, the fused copies saving makes one after the
+	// other): freed memory comes back only at the next collection, and the
+	// collector lets the heap grow by GCPercent% of the live bytes before
+	// it runs, so the headroom is the smaller of the two.
 	Runtime  int64 `json:"runtime"`
 	Headroom int64 `json:"gc_headroom"`
 	Peak     int64 `json:"peak"`
@@ -195,10 +194,12 @@ type Part struct {
 	Bytes int64  `json:"bytes"`
 }
 
-// finish sets Device, Runtime, Headroom and Peak from the phases: on the
-// CPU the Go runtime and the collector's headroom come on top of the
-// buffers, on a GPU (Parallel.Ranks > 1) the GPUReserve.
-func (e *Estimate) finish(p Parallel) {
+// finish sets Device, Runtime, Headroom and Peak from the phases and the
+// churn (the bytes of buffers freed and allocated again between two
+// collections): on the CPU the Go runtime and the collector's headroom
+// come on top of the buffers, on a GPU (Parallel.Ranks > 1) the
+// GPUReserve.
+func (e *Estimate) finish(p Parallel, churn int64) {
 	for _, ph := range e.Phases {
 		e.Device = max(e.Device, ph.Bytes)
 	}
@@ -206,7 +207,7 @@ func (e *Estimate) finish(p Parallel) {
 		e.Runtime = GPUReserve
 	} else {
 		e.Runtime = Runtime
-		e.Headroom = int64(HeadroomFraction * float64(e.Device))
+		e.Headroom = min(churn, e.Device*GCPercent/100)
 	}
 	e.Peak = e.Device + e.Runtime + e.Headroom
 }
@@ -345,7 +346,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 		{"evaluate", state + m.Acts + m.Logits + loraActs},
 		{"save", state + m.Acts + m.Logits + loraActs + save},
 	}
-	e.finish(s.Parallel)
+	e.finish(s.Parallel, 0) // nothing big is freed and allocated again
 	return e, nil
 }
 
@@ -474,13 +475,23 @@ func (p PPO) Estimate() (*Estimate, error) {
 		kept = gen
 	}
 	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true))
-	// Saving fuses LoRA into a copy of the weights, one model at a time.
-	var save int64
+	// Saving fuses LoRA into a copy of the weights, one model at a time
+	// (saves is their sum: they follow each other between collections).
+	var save, saves int64
+	copyOf := func(b int64) {
+		save, saves = max(save, b), saves+b
+	}
 	if p.ActorLoRA.Dim > 0 {
-		save = actor.Weights + fuse
+		copyOf(actor.Weights + fuse)
 	}
 	if p.CriticLoRA.Dim > 0 {
-		save = max(save, critic.Weights+int64(lora.FuseBytes(p.Critic, p.CriticLoRA, dt)))
+		copyOf(critic.Weights + int64(lora.FuseBytes(p.Critic, p.CriticLoRA, dt)))
+	}
+	if p.Opts.EnableEMA && !actorFrozen && p.ActorLoRA.Dim > 0 {
+		// actor_ema/: the fp32 EMA weights fused with the EMA adapters in
+		// a copy, the live adapters set aside in another.
+		lp, _, _ := lora.Size(p.Actor, p.ActorLoRA)
+		copyOf(int64((actor.Params + lp) * kernels.F32.Size()))
 	}
 	load := loadBuffer(p.Actor, false)
 	e.Transient = []Part{{"loading: host buffer of the largest tensor", load},
@@ -499,7 +510,12 @@ func (p PPO) Estimate() (*Estimate, error) {
 		{"train", state + acts + loraActs + kept},
 		{"save", state + acts + loraActs + kept + save},
 	}
-	e.finish(p.Parallel)
+	// Every round frees the scoring activations and the fusing scratch and
+	// allocates them again the next round (the workspace and the KV cache
+	// too, but the engine has the device return their memory as it
+	// releases them, Trim); saving allocates its copies one after the
+	// other, the largest counted in the save phase already.
+	e.finish(p.Parallel, max(score+fuse, saves-save))
 	return e, nil
 }
 

@@ -117,9 +117,23 @@ func TestPPOEstimate(t *testing.T) {
 
 	q := p
 	q.KeepCache = true
+	eK := must(q.Estimate())
 	phaseK := map[string]int64{}
-	for _, ph := range must(q.Estimate()).Phases {
+	for _, ph := range eK.Phases {
 		phaseK[ph.Name] = ph.Bytes
+	}
+	for _, x := range []*Estimate{e, eK} {
+		if x.Headroom <= 0 || x.Headroom > x.Device*GCPercent/100 {
+			t.Errorf("step 3's headroom %d is outside (0, GOGC%%] of %d", x.Headroom, x.Device)
+		}
+	}
+	// Saving with LoRA on both models and the EMA makes three copies one
+	// after the other: the two smaller ones are headroom.
+	sv := p
+	sv.ActorLoRA, sv.CriticLoRA, sv.Opts.EnableEMA = lora.Config{Dim: 8}, lora.Config{Dim: 8}, true
+	es := must(sv.Estimate())
+	if w := es.Models[0].Weights; es.Headroom < 2*w-w/10 {
+		t.Errorf("headroom %d, want about two fused copies (%d each)", es.Headroom, w)
 	}
 	if phaseK["train"] != phase["train"]+a.KVCache {
 		t.Errorf("--keep-inference-cache keeps the cache through training: %d vs %d", phaseK["train"], phase["train"])

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/train"
 )
@@ -322,14 +323,31 @@ func (t *Trainer) trainActs(site, b, s int) (*model.Acts, error) {
 // when a batch is larger), so the four forwards and three training passes
 // of a step do not allocate their buffers (fp32 logits [B·S,V] among them)
 // again on every call.
+//
+// A pass's buffers belong to a model's architecture and device, not to
+// the model value: the hybrid engine's inference model is a new view of
+// the actor (WithParams over a new workspace) every round, and its
+// buffers serve the next round's view (ReuseActs' contract). Keeping the
+// view itself would also keep its workspace alive after the engine
+// released it, a second copy of the actor's weights during the next
+// round's generation.
 type actsCache struct {
 	acts  [numSites]*model.Acts
-	owner [numSites]*model.Model
+	owner [numSites]actsOwner
 }
+
+// actsOwner identifies what a pass's buffers were laid out for.
+type actsOwner struct {
+	cfg       *model.Config
+	dev       kernels.Device
+	valueHead bool
+}
+
+func ownerOf(m *model.Model) actsOwner { return actsOwner{m.Config, m.Dev, m.HasValueHead()} }
 
 func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptions) (*model.Acts, error) {
 	prev := c.acts[site]
-	if c.owner[site] != m {
+	if c.owner[site] != ownerOf(m) {
 		prev.Free()
 		c.acts[site], prev = nil, nil
 	}
@@ -342,6 +360,6 @@ func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptio
 	if a != prev {
 		prev.Free()
 	}
-	c.acts[site], c.owner[site] = a, m
+	c.acts[site], c.owner[site] = a, ownerOf(m)
 	return a, nil
 }

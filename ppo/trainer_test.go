@@ -655,3 +655,37 @@ func TestActsPlanMatchesTrainer(t *testing.T) {
 		})
 	}
 }
+
+// TestActsSurviveTheEngineRound: with LoRA, the actor's log-prob pass runs
+// on a new inference view every round; its buffers are reused, not
+// reallocated, and the trainer keeps no view (and so no released
+// workspace) alive.
+func TestActsSurviveTheEngineRound(t *testing.T) {
+	_, ms := testModels(t)
+	lo, err := lora.New(ms[0], lora.Config{Dim: 4}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eo := sampledOpts
+	eo.IgnoreEOS = true
+	e, err := hybridengine.New(ms[0], lo, eo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(testConfig(), Options{}, Models{Actor: e, ActorLoRA: lo, Ref: ms[1], Critic: ms[2], Reward: ms[3]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *model.Acts
+	for round := range 3 {
+		if _, err := tr.GenerateExperience(testPrompts(uint64(round), 4, 5)); err != nil {
+			t.Fatal(err)
+		}
+		a := tr.acts.acts[siteActorLogp]
+		if round == 0 {
+			first = a
+		} else if a != first {
+			t.Errorf("round %d: the actor's log-prob buffers were reallocated", round)
+		}
+	}
+}

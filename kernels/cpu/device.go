@@ -8,6 +8,7 @@ package cpu
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -145,6 +146,14 @@ func (d *Device) Free(b kernels.Buffer) {
 	}
 	d.live.Add(-int64(b.Len()) * int64(b.DType().Size()))
 }
+
+// Trim returns the memory of freed buffers to the operating system now (a
+// garbage collection, then debug.FreeOSMemory's scavenge) instead of when
+// the collector next runs. Callers that have just freed large buffers they
+// will allocate again in other shapes call it (the hybrid engine leaving
+// Generate mode): freed spans of one size do not serve allocations of
+// another, and until the next collection they stay resident.
+func (d *Device) Trim() { debug.FreeOSMemory() }
 
 // MemStats implements kernels.Device.
 func (d *Device) MemStats() kernels.MemStats {

@@ -105,6 +105,19 @@ type Ops interface {
 	// g = grads·gradScale; params -= lr·weightDecay·params; m, v updated with
 	// beta1/beta2; params -= lr/(1-beta1^step) · m/(sqrt(v)/sqrt(1-beta2^step)+eps).
 	AdamWStep(params, grads, m, v Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int)
+	// AdamWStepBF16 is AdamWStep on fp32 master weights kept in two 16-bit
+	// halves, mixed precision without a separate fp32 copy: params (BF16)
+	// is the master rounded to nearest even — the weights the model
+	// computes with — and lo (I32, (n+1)/2 elements: element i's half in
+	// bits 16·(i%2) to 16·(i%2)+15 of lo[i/2]) the master's low 16 bits.
+	// The master is params' bits, less one when its low half is above
+	// 0x8000 (it was rounded up), followed by the low half; a zero lo makes
+	// it the BF16 parameters. The update is AdamWStep's on that fp32 value,
+	// bit for bit, after which params and lo hold its halves; the one value
+	// the halves cannot tell apart, a tie rounded up, is kept one fp32 ulp
+	// further from zero (low half 0x8001). lo is I32 so that its raw bits
+	// pass through ReadI32/WriteI32 (checkpoints) unconverted.
+	AdamWStepBF16(params, lo, grads, m, v Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int)
 	// SumSquares returns Σ x[i]² over every element of every buffer (F32),
 	// accumulated in float64 on the device with one result read back: the
 	// global gradient norm is its square root over all gradients, and

@@ -29,7 +29,8 @@ type Options struct {
 	// zero) or BF16. With BF16 every matmul is a bf16 matmul (inputs
 	// rounded to bf16, fp32 accumulation) and LayerNorm, softmax, losses
 	// and activations stay fp32; gradients are always F32 (an optimizer
-	// keeps fp32 master weights, see optim.AdamW).
+	// keeps fp32 master weights, their high half being these, see
+	// optim.AdamW).
 	DType kernels.DType
 }
 

@@ -41,25 +41,30 @@ var DefaultAdamW = AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
 // groups. Its moments are F32 device buffers, one pair per segment.
 //
 // Mixed precision (DeepSpeed's bf16 mode): a segment whose parameters are
-// BF16 gets an F32 master copy, made from the parameters when the
-// optimizer is built. Steps update the master weights (gradients and
-// moments are F32) and then write them, rounded to nearest even, into the
-// BF16 parameters the model computes with.
+// BF16 is updated through fp32 master weights (gradients and moments are
+// F32), and the BF16 parameters the model computes with are the master
+// rounded to nearest even. The master is not a separate fp32 copy: its
+// low 16 bits are kept beside the BF16 parameters, which hold the high
+// half (kernels.Device.AdamWStepBF16), so mixed precision costs 2 bytes
+// per parameter beyond the BF16 weights instead of 4 and a bf16 model's
+// trained state (16 bytes per parameter) is no larger than an fp32
+// model's. The low halves start at zero: the master starts as the BF16
+// parameters.
 type AdamW struct {
 	dev    kernels.Device
 	cfg    AdamWConfig
 	groups []Group
 	m, v   [][]kernels.Buffer // [group][segment]
-	master [][]kernels.Buffer // [group][segment]; nil for F32 parameters
+	lo     [][]kernels.Buffer // [group][segment] low halves of the masters (I32, two per element); nil for F32 parameters
 	step   int
 }
 
-// NewAdamW allocates zeroed moments for every segment, and master weights
-// for BF16 segments.
+// NewAdamW allocates zeroed moments for every segment, and the masters'
+// zeroed low halves for BF16 segments.
 func NewAdamW(dev kernels.Device, groups []Group, cfg AdamWConfig) (*AdamW, error) {
 	o := &AdamW{dev: dev, cfg: cfg, groups: groups}
-	alloc := func(s Segment, what string) (kernels.Buffer, error) {
-		b, err := dev.Alloc(kernels.F32, s.Params.Len())
+	alloc := func(s Segment, what string, dt kernels.DType, n int) (kernels.Buffer, error) {
+		b, err := dev.Alloc(dt, n)
 		if err != nil {
 			o.Free()
 			return nil, fmt.Errorf("optim: AdamW %s of %s (%d parameters): %w", what, s.Name, s.Params.Len(), err)
@@ -67,7 +72,7 @@ func NewAdamW(dev kernels.Device, groups []Group, cfg AdamWConfig) (*AdamW, erro
 		return b, nil
 	}
 	for gi, g := range groups {
-		o.m, o.v, o.master = append(o.m, nil), append(o.v, nil), append(o.master, nil)
+		o.m, o.v, o.lo = append(o.m, nil), append(o.v, nil), append(o.lo, nil)
 		for _, s := range g.Segments {
 			if s.Params.Len() != s.Grads.Len() {
 				o.Free()
@@ -78,45 +83,49 @@ func NewAdamW(dev kernels.Device, groups []Group, cfg AdamWConfig) (*AdamW, erro
 				return nil, fmt.Errorf("optim: segment %s: gradients are %v, want f32", s.Name, s.Grads.DType())
 			}
 			var bufs [3]kernels.Buffer
-			for i, what := range []string{"first moment", "second moment", "master weights"} {
-				if i == 2 && s.Params.DType() == kernels.F32 {
-					break
+			n := s.Params.Len()
+			for i, what := range []string{"first moment", "second moment", "master weights' low halves"} {
+				dt, k := kernels.F32, n
+				if i == 2 {
+					if s.Params.DType() == kernels.F32 {
+						break
+					}
+					dt, k = kernels.I32, (n+1)/2
 				}
-				b, err := alloc(s, what)
+				b, err := alloc(s, what, dt, k)
 				if err != nil {
 					return nil, err
 				}
 				bufs[i] = b
 			}
-			if bufs[2] != nil {
-				dev.Copy(bufs[2], s.Params)
-			}
-			o.m[gi], o.v[gi], o.master[gi] = append(o.m[gi], bufs[0]), append(o.v[gi], bufs[1]), append(o.master[gi], bufs[2])
+			o.m[gi], o.v[gi], o.lo[gi] = append(o.m[gi], bufs[0]), append(o.v[gi], bufs[1]), append(o.lo[gi], bufs[2])
 		}
 	}
 	return o, nil
 }
 
 // StateBytes is what NewAdamW allocates for n parameters of type dt: the
-// two F32 moments, and the F32 master weights when dt is BF16.
+// two F32 moments, and when dt is BF16 the low halves of the master
+// weights (2 bytes per parameter; a segment of odd length takes 2 more,
+// its halves being stored two per I32 element).
 func StateBytes(n int, dt kernels.DType) (moments, master int) {
 	moments = 2 * n * kernels.F32.Size()
 	if dt != kernels.F32 {
-		master = n * kernels.F32.Size()
+		master = (n + 1) / 2 * kernels.I32.Size()
 	}
 	return moments, master
 }
 
-// Free releases the moments and master weights.
+// Free releases the moments and the masters' low halves.
 func (o *AdamW) Free() {
-	for _, bs := range [][][]kernels.Buffer{o.m, o.v, o.master} {
+	for _, bs := range [][][]kernels.Buffer{o.m, o.v, o.lo} {
 		for _, g := range bs {
 			for _, b := range g {
 				o.dev.Free(b)
 			}
 		}
 	}
-	o.m, o.v, o.master = nil, nil, nil
+	o.m, o.v, o.lo = nil, nil, nil
 }
 
 // Steps is the number of updates taken.
@@ -133,14 +142,11 @@ func (o *AdamW) Step(lrScale float64, gradScale float32) {
 	for gi, g := range o.groups {
 		lr := float32(g.LR * lrScale)
 		for si, s := range g.Segments {
-			p, mw := s.Params, o.master[gi][si]
-			if mw != nil {
-				p = mw
-			}
-			o.dev.AdamWStep(p, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr,
-				float32(o.cfg.Beta1), float32(o.cfg.Beta2), float32(o.cfg.Eps), float32(g.WeightDecay), gradScale, o.step)
-			if mw != nil {
-				o.dev.Copy(s.Params, mw)
+			b1, b2, eps, wd := float32(o.cfg.Beta1), float32(o.cfg.Beta2), float32(o.cfg.Eps), float32(g.WeightDecay)
+			if lo := o.lo[gi][si]; lo != nil {
+				o.dev.AdamWStepBF16(s.Params, lo, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr, b1, b2, eps, wd, gradScale, o.step)
+			} else {
+				o.dev.AdamWStep(s.Params, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr, b1, b2, eps, wd, gradScale, o.step)
 			}
 		}
 	}
@@ -156,11 +162,12 @@ func (o *AdamW) Moments() (m, v []kernels.Buffer) {
 	return m, v
 }
 
-// Masters returns the F32 master weights of the BF16 segments, in group
+// MasterLows returns the low halves of the BF16 segments' master weights
+// (I32, two per element; the high halves are the parameters), in group
 // then segment order (for checkpoints; empty when every parameter is F32).
-func (o *AdamW) Masters() []kernels.Buffer {
+func (o *AdamW) MasterLows() []kernels.Buffer {
 	var out []kernels.Buffer
-	for _, g := range o.master {
+	for _, g := range o.lo {
 		for _, b := range g {
 			if b != nil {
 				out = append(out, b)

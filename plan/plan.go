@@ -1,9 +1,10 @@
 // Package plan is gochat's memory planner. Given a step's settings and the
 // models' config.json (nothing is loaded), it estimates what the step will
-// hold, per model and in total: weights, fp32 master weights, gradients,
-// AdamW moments, activations (with or without gradient checkpointing),
-// logits, the KV cache and inference workspace of generation, LoRA
-// adapters and the actor EMA, phase by phase, and from the largest phase
+// hold, per model and in total: weights, master weights (bf16: the low
+// halves of the fp32 masters), gradients, AdamW moments, activations
+// (with or without gradient checkpointing), logits, the KV cache and
+// inference workspace of generation, LoRA adapters and the actor EMA,
+// phase by phase, and from the largest phase
 // the peak resident memory of the process. Fit lists the cheapest changes
 // of settings that bring a peak under a budget, each checked by estimating
 // again; Available reads what the machine offers.

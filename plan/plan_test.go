@@ -57,8 +57,10 @@ func TestStageEstimate(t *testing.T) {
 		edit  func(*Stage)
 		check func(before, after Model) bool
 	}{
-		{"bf16: half the weights, fp32 master weights", func(s *Stage) { s.DType = kernels.BF16 },
-			func(b, a Model) bool { return a.Weights == b.Weights/2 && a.Master == b.Weights && a.Grads == b.Grads }},
+		{"bf16: half the weights, the masters' low halves as much again, the same training state", func(s *Stage) { s.DType = kernels.BF16 },
+			func(b, a Model) bool {
+				return a.Weights == b.Weights/2 && a.Master == b.Weights/2 && a.Grads == b.Grads && a.Weights+a.Master == b.Weights
+			}},
 		{"checkpointing: fewer activations, the others are the full ones", func(s *Stage) { s.Sft.Checkpoint = true },
 			func(b, a Model) bool { return a.Acts < b.Acts/2 && a.ActsOther == b.Acts && b.ActsOther == a.Acts }},
 		{"LoRA only: no base gradients or moments", func(s *Stage) { s.LoRA, s.OnlyLoRA = lora.Config{Dim: 8}, true },

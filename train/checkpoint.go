@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -47,7 +48,9 @@ type ckptState struct {
 // goes into a new temporary folder first, which then replaces the old
 // checkpoint by renames, so a crash at any point leaves either the old or
 // the new checkpoint complete. Buffers are streamed chunk by chunk, so a
-// checkpoint never holds a host copy of the whole state.
+// checkpoint never holds a host copy of the whole state. Buffers are
+// stored as F32 tensors: BF16 ones widened (exact), I32 ones bit for bit
+// (their int32 bits as float32 bits; LoadState reverses both).
 func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, record any) error {
 	final := filepath.Join(dir, CheckpointDir)
 	tmp, err := os.MkdirTemp(dir, ".checkpoint-*")
@@ -58,8 +61,17 @@ func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, r
 	var ts []tensor.WriteTensor
 	for _, name := range sortedKeys(bufs) {
 		b := bufs[name]
-		ts = append(ts, tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()},
-			Read: func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }})
+		read := func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }
+		if b.DType() == kernels.I32 { // raw bits (AdamW's master low halves): stored bit for bit
+			read = func(off int, dst []float32) {
+				h := make([]int32, len(dst))
+				dev.ReadI32(h, b.Slice(off, len(dst)))
+				for i, v := range h {
+					dst[i] = math.Float32frombits(uint32(v))
+				}
+			}
+		}
+		ts = append(ts, tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()}, Read: read})
 	}
 	if err := tensor.WriteSafetensors(filepath.Join(tmp, stateTensors), ts, map[string]string{"format": "gochat-checkpoint"}); err != nil {
 		return err
@@ -119,6 +131,14 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 		h := make([]float32, b.Len())
 		if err := ck.ReadF32(name, h); err != nil {
 			return err
+		}
+		if b.DType() == kernels.I32 {
+			bits := make([]int32, len(h))
+			for i, v := range h {
+				bits[i] = int32(math.Float32bits(v))
+			}
+			dev.WriteI32(b, bits)
+			continue
 		}
 		dev.WriteF32(b, h)
 	}

@@ -118,7 +118,8 @@ func (o *Optimizer) SetSteps(n int) { o.adam.SetSteps(n) }
 // StateBuffers adds, under prefix, the buffers a checkpoint keeps of this
 // optimizer's model and state: the trained model buffers of its Trainable
 // ("param.NAME"), AdamW's moments ("adam.m.I", "adam.v.I") and, in bf16,
-// its fp32 master weights ("adam.master.I").
+// the low halves of its fp32 master weights ("adam.master_lo.I", I32 bits;
+// the parameters are the high halves).
 func (o *Optimizer) StateBuffers(bufs map[string]kernels.Buffer, prefix string) {
 	for name, b := range o.tr.State {
 		bufs[prefix+"param."+name] = b
@@ -128,7 +129,7 @@ func (o *Optimizer) StateBuffers(bufs map[string]kernels.Buffer, prefix string) 
 		bufs[fmt.Sprintf("%sadam.m.%d", prefix, i)] = m[i]
 		bufs[fmt.Sprintf("%sadam.v.%d", prefix, i)] = v[i]
 	}
-	for i, b := range o.adam.Masters() {
-		bufs[fmt.Sprintf("%sadam.master.%d", prefix, i)] = b
+	for i, b := range o.adam.MasterLows() {
+		bufs[fmt.Sprintf("%sadam.master_lo.%d", prefix, i)] = b
 	}
 }

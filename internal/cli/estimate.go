@@ -37,7 +37,7 @@ func newEstimateCmd(g *Globals) *cobra.Command {
 		Use:   "estimate sft|reward|ppo|train [the command's flags]",
 		Short: "Estimate the memory of a step (per model and in total) against what the machine offers",
 		Long: `Estimate, without loading anything, what a step will hold in memory: per model
-the weights, fp32 master weights (bf16), gradients, AdamW moments, activations
+the weights, the low halves of the fp32 master weights (bf16), gradients, AdamW moments, activations
 (and what they would be with the other gradient-checkpointing setting), logits,
 the KV cache and inference workspace of generation, LoRA adapters and the EMA;
 the device memory of each phase (load, train, evaluate or generate, score,

@@ -254,8 +254,8 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		return err
 	}
 	// In bf16 every model holds bf16 weights only: the frozen reference
-	// and reward model have nothing else, the actor and critic get fp32
-	// master weights from their optimizers.
+	// and reward model have nothing else, the actor and critic get the
+	// low halves of fp32 master weights from their optimizers.
 	load := func(dir, vh string) (*model.Model, error) {
 		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: wdt})
 	}

@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -22,31 +24,99 @@ import (
 // are updated in place.
 func (d *Device) AdamWStep(params, grads, m, v kernels.Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int) {
 	p, g, mm, vv := f32(params)[:n], f32(grads)[:n], f32(m)[:n], f32(v)[:n]
-	b1, b2 := float64(beta1), float64(beta2)
-	bc1 := 1 - math.Pow(b1, float64(step))
-	bc2 := 1 - math.Pow(b2, float64(step))
-	decay := float32(1 - float64(lr)*float64(weightDecay))
-	w1 := float32(1 - b1) // lerp weight
-	w2 := float32(1 - b2) // addcmul value
-	fb2 := beta2          // mul_(beta2)
-	bc2s := float32(math.Sqrt(bc2))
-	negStep := float32(-(float64(lr) / bc1))
-	e := eps
+	u := newAdamWUpdate(lr, beta1, beta2, eps, weightDecay, gradScale, step)
 	d.parallelFor(n, elemGrain/2, func(lo, hi int) {
 		p, g, mm, vv := p[lo:hi], g[lo:hi], mm[lo:hi], vv[lo:hi]
 		for i := range p {
-			gi := g[i]
-			if gradScale != 1 {
-				gi *= gradScale
-			}
-			pi := p[i] * decay
-			mi := lerp(mm[i], gi, w1)
-			vi := vv[i]*fb2 + w2*gi*gi
-			denom := float32(math.Sqrt(float64(vi)))/bc2s + e
-			p[i] = pi + negStep*mi/denom
-			mm[i], vv[i] = mi, vi
+			p[i], mm[i], vv[i] = u.apply(p[i], g[i], mm[i], vv[i])
 		}
 	})
+}
+
+// AdamWStepBF16 is AdamWStep on the fp32 master weights whose halves are
+// params (rounded to nearest even) and lo (the low 16 bits, two per I32);
+// see kernels.Device.
+func (d *Device) AdamWStepBF16(params, lo, grads, m, v kernels.Buffer, n int, lr, beta1, beta2, eps, weightDecay, gradScale float32, step int) {
+	l32 := i32(lo)
+	if len(l32) < (n+1)/2 {
+		panic(fmt.Sprintf("cpu: AdamWStepBF16: %d low halves in %d I32 elements", n, len(l32)))
+	}
+	var l []uint16
+	if n > 0 {
+		l = unsafe.Slice((*uint16)(unsafe.Pointer(&l32[0])), 2*len(l32))[:n] // little-endian: element 2k is lo[k]'s low half
+	}
+	p, g, mm, vv := bf16(params)[:n], f32(grads)[:n], f32(m)[:n], f32(v)[:n]
+	u := newAdamWUpdate(lr, beta1, beta2, eps, weightDecay, gradScale, step)
+	d.parallelFor(n, elemGrain/2, func(a, b int) {
+		p, l, g, mm, vv := p[a:b], l[a:b], g[a:b], mm[a:b], vv[a:b]
+		for i := range p {
+			var w float32
+			w, mm[i], vv[i] = u.apply(JoinMaster(p[i], l[i]), g[i], mm[i], vv[i])
+			p[i], l[i] = SplitMaster(w)
+		}
+	})
+}
+
+// SplitMaster returns the halves of an fp32 master weight: hi, the weight
+// rounded to nearest even (ToBF16), and lo, its low 16 bits, or 0x8001
+// when w is a tie that rounded up (w is then taken one ulp further from
+// zero, the one value two halves cannot tell from the tie rounded down).
+// JoinMaster(SplitMaster(w)) is w, but for those ties.
+func SplitMaster(w float32) (hi, lo uint16) {
+	bits := math.Float32bits(w)
+	hi, lo = ToBF16(w), uint16(bits)
+	if lo == 0x8000 && hi != uint16(bits>>16) {
+		lo = 0x8001
+	}
+	return hi, lo
+}
+
+// JoinMaster is the fp32 master weight whose halves are hi and lo (see
+// SplitMaster): hi's bits, less one when hi was rounded up (lo > 0x8000),
+// followed by lo.
+func JoinMaster(hi, lo uint16) float32 {
+	h := uint32(hi)
+	if lo > 0x8000 {
+		h--
+	}
+	return math.Float32frombits(h<<16 | uint32(lo))
+}
+
+// adamWUpdate holds the scalars of one AdamW step.
+type adamWUpdate struct {
+	gradScale, decay, w1, w2, b2, bc2s, negStep, eps float32
+}
+
+// newAdamWUpdate computes the scalars (bias corrections, step size, decay
+// factor) in float64 and rounds them to float32 as PyTorch does with its
+// Python floats.
+func newAdamWUpdate(lr, beta1, beta2, eps, weightDecay, gradScale float32, step int) adamWUpdate {
+	b1, b2 := float64(beta1), float64(beta2)
+	bc1 := 1 - math.Pow(b1, float64(step))
+	bc2 := 1 - math.Pow(b2, float64(step))
+	return adamWUpdate{
+		gradScale: gradScale,
+		decay:     float32(1 - float64(lr)*float64(weightDecay)),
+		w1:        float32(1 - b1), // lerp weight
+		w2:        float32(1 - b2), // addcmul value
+		b2:        beta2,           // mul_(beta2)
+		bc2s:      float32(math.Sqrt(bc2)),
+		negStep:   float32(-(float64(lr) / bc1)),
+		eps:       eps,
+	}
+}
+
+// apply updates one parameter p with gradient g and moments m, v in
+// PyTorch's float32 operation order.
+func (u *adamWUpdate) apply(p, g, m, v float32) (float32, float32, float32) {
+	if u.gradScale != 1 {
+		g *= u.gradScale
+	}
+	p *= u.decay
+	m = lerp(m, g, u.w1)
+	v = v*u.b2 + u.w2*g*g
+	denom := float32(math.Sqrt(float64(v)))/u.bc2s + u.eps
+	return p + u.negStep*m/denom, m, v
 }
 
 // lerp is PyTorch's CPU lerp for a scalar weight: a fused multiply-add

@@ -48,6 +48,7 @@ var conformanceBF16 = []testCase{
 	{"Add", testBF16Add},
 	{"Embedding", testBF16Embedding},
 	{"LayerNorm", testBF16LayerNorm},
+	{"AdamW", testBF16AdamW},
 }
 
 // bf16Specials are float32 bit patterns whose bf16 rounding is a corner
@@ -533,4 +534,79 @@ func testBF16LayerNorm(e *Env) {
 			}
 		}
 	}
+}
+
+// testBF16AdamW checks AdamWStepBF16 against the backend's own fp32
+// AdamWStep on the joined master weights, bit for bit: after every step
+// the BF16 parameters must be the fp32 result rounded to nearest even and
+// the low halves its low 16 bits (RefSplitMaster; a tie rounded up is
+// carried one ulp further from zero on both sides). The masters start as
+// arbitrary fp32 values — the specials' neighbourhoods among them, ties
+// both ways — so that every low half, those that look like NaNs as bf16
+// included, goes through the kernel.
+func testBF16AdamW(e *Env) {
+	for _, n := range []int{1, 2, 17, 40000} {
+		name := fmt.Sprintf("AdamWStepBF16 n=%d", n)
+		w := e.Randn(n, 1)
+		for i := 0; i < n && i < len(bf16Specials); i++ {
+			if v := math.Float32frombits(bf16Specials[i]); !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) && math.Abs(float64(v)) < 1e30 {
+				w[i] = v
+			}
+		}
+		if n > 100 {
+			for i := 100; i < n; i += 97 { // ties, exact bf16 values, NaN-like low halves
+				b := math.Float32bits(w[i])&^0xffff | [...]uint32{0x8000, 0, 0x7fc1, 0xffff, 0xff81}[i%5]
+				w[i] = math.Float32frombits(b)
+			}
+		}
+		hi, lo := make([]float32, n), make([]int32, (n+1)/2)
+		setHalves := func() {
+			for i, v := range w {
+				h, l := RefSplitMaster(v)
+				hi[i] = RefWidenBF16(h)
+				lo[i/2] = int32(uint32(lo[i/2])&^(0xffff<<(16*(i%2))) | uint32(l)<<(16*(i%2)))
+				w[i] = RefJoinMaster(h, l)
+			}
+		}
+		setHalves()
+		pb := e.BF16(hi)
+		lb := e.I32(lo)
+		wb := e.F32(w)
+		m1, v1 := e.F32(make([]float32, n)), e.F32(make([]float32, n))
+		m2, v2 := e.F32(make([]float32, n)), e.F32(make([]float32, n))
+		for step := 1; step <= 4; step++ {
+			g := e.Randn(n, 0.1)
+			gb := e.F32(g)
+			e.Dev.AdamWStepBF16(pb, lb, gb, m1, v1, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step)
+			e.Dev.AdamWStep(wb, gb, m2, v2, n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step)
+			w = e.Read(wb)
+			setHalves()
+			e.Dev.WriteF32(wb, w) // the fp32 side takes the tie adjustment too
+			gotHi, gotLo := e.Read(pb), make([]int32, len(lo))
+			e.Dev.ReadI32(gotLo, lb)
+			for i := range n {
+				if math.Float32bits(gotHi[i]) != math.Float32bits(hi[i]) {
+					e.T.Fatalf("%s step %d: params[%d] = %#x, want %#x (master %#x)", name, step, i,
+						math.Float32bits(gotHi[i]), math.Float32bits(hi[i]), math.Float32bits(w[i]))
+				}
+			}
+			for k := range lo {
+				if gotLo[k] != lo[k] {
+					e.T.Fatalf("%s step %d: lo[%d] = %#x, want %#x", name, step, k, uint32(gotLo[k]), uint32(lo[k]))
+				}
+			}
+			if ma, mb := e.Read(m1), e.Read(m2); !equalBits(ma, mb) {
+				e.T.Fatalf("%s step %d: first moments differ from AdamWStep's", name, step)
+			}
+		}
+	}
+}
+
+func equalBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }

@@ -441,3 +441,26 @@ func RefRoundBF16s(x []float32) []float32 {
 	}
 	return out
 }
+
+// RefSplitMaster returns the halves kernels.Device.AdamWStepBF16 keeps of
+// an fp32 master weight w: hi, w rounded to nearest even (RefBF16Bits),
+// and lo, w's low 16 bits — 0x8001 when w is a tie that rounded up, so
+// that RefJoinMaster(hi, lo) is then w one ulp further from zero.
+func RefSplitMaster(w float32) (hi, lo uint16) {
+	bits := math.Float32bits(w)
+	hi, lo = RefBF16Bits(w), uint16(bits&0xffff)
+	if lo == 0x8000 && uint32(hi) == bits>>16+1 {
+		lo = 0x8001
+	}
+	return hi, lo
+}
+
+// RefJoinMaster is the fp32 master weight with halves hi and lo: hi's bits
+// less one when lo > 0x8000 (hi was rounded up), then lo.
+func RefJoinMaster(hi, lo uint16) float32 {
+	h := uint32(hi)
+	if lo > 0x8000 {
+		h--
+	}
+	return math.Float32frombits(h<<16 | uint32(lo))
+}

@@ -109,6 +109,10 @@ func (o *Optimizer) ZeroGrads() {
 	}
 }
 
+// Free releases the optimizer's state (AdamW's moments and master
+// halves); the Trainable's buffers are its owner's.
+func (o *Optimizer) Free() { o.adam.Free() }
+
 // Steps is the number of updates taken (AdamW's bias-correction count).
 func (o *Optimizer) Steps() int { return o.adam.Steps() }
 

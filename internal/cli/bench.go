@@ -204,6 +204,7 @@ type BenchTrainOptions struct {
 	Steps      int
 	Checkpoint bool
 	DType      string
+	Rounds     int
 	JSON       bool
 }
 
@@ -243,6 +244,10 @@ func newBenchStepCmd(g *Globals, name, short string, run, runF func(*BenchTrainO
 	f.IntVar(&opts.Steps, "steps", 5, "timed optimizer steps (after one warm-up step)")
 	f.BoolVar(&opts.Checkpoint, "gradient-checkpointing", false, "recompute each layer in the backward pass")
 	bindDType(f, &opts.DType)
+	if name == "train" {
+		f.Lookup("dtype").Usage += "; several, comma-separated (fp32,bf16), are measured side by side"
+		f.IntVar(&opts.Rounds, "rounds", 1, "with several --dtype: runs of --steps per dtype, taken in turn")
+	}
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -279,11 +284,72 @@ func loadArch(name string) (*model.Config, error) {
 	return model.PresetConfig(name)
 }
 
+// benchTrainResult is one dtype's figures in `gochat bench train`.
+type benchTrainResult struct {
+	DType      string  `json:"dtype"`
+	TPS        float64 `json:"tokens_per_sec"`
+	StepSecs   float64 `json:"step_seconds"`
+	DevicePeak int64   `json:"device_peak_bytes"`
+	PeakRSS    int64   `json:"peak_rss_bytes"`
+	VsFirst    float64 `json:"vs_first"`
+	Device     string  `json:"device"`
+	times      []float64
+}
+
+// runBenchTrain times training steps for each --dtype given (a comma
+// list), --rounds times in turn (fp32, bf16, fp32, bf16, ...) so that a
+// machine's drift hits each alike; each dtype's figure is the median of
+// all its steps, and its memory the device peak of its own device.
 func runBenchTrain(opts *BenchTrainOptions) error {
+	dts := strings.Split(opts.DType, ",")
+	for _, dt := range dts {
+		if err := checkDTypeFlag(dt); err != nil {
+			return err
+		}
+	}
+	res := make([]benchTrainResult, len(dts))
+	for range max(opts.Rounds, 1) {
+		for i, dt := range dts {
+			o := *opts
+			o.DType = dt
+			if err := benchTrainOnce(&o, &res[i]); err != nil {
+				return err
+			}
+		}
+	}
+	B, T := opts.Batch, opts.Seq
+	for i := range res {
+		r := &res[i]
+		med := median(r.times)
+		r.TPS, r.StepSecs = round(float64(B*T)/med, 2), round(med, 4)
+		r.VsFirst = round(r.TPS/res[0].TPS, 3)
+		r.PeakRSS = peakRSS()
+		if opts.JSON {
+			if err := json.NewEncoder(opts.g.Out).Encode(r); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintf(opts.g.Out, "train %s %s B=%d T=%d on %s: %.1f tokens/s, %.3f s/step (median of %d steps; %.2fx the first), device peak %.0f MiB\n",
+			opts.Model, r.DType, B, T, r.Device, r.TPS, med, len(r.times), r.VsFirst, float64(r.DevicePeak)/(1<<20)); err != nil {
+			return err
+		}
+	}
+	if !opts.JSON && len(res) > 1 {
+		_, err := fmt.Fprintf(opts.g.Out, "process peak RSS %.0f MiB (all dtypes; one dtype per process for each one's)\n", float64(peakRSS())/(1<<20))
+		return err
+	}
+	return nil
+}
+
+// benchTrainOnce builds a model in opts.DType on a new device, takes one
+// warm-up step and opts.Steps timed ones, and adds them to r.
+func benchTrainOnce(opts *BenchTrainOptions, r *benchTrainResult) error {
 	m, err := benchModel(opts)
 	if err != nil {
 		return err
 	}
+	defer m.Free()
 	cfg, dev := m.Config, m.Dev
 	tr, err := train.ModelTrainable(m, train.ParamOptions{LR: 1e-4})
 	if err != nil {
@@ -293,6 +359,7 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 	if err != nil {
 		return err
 	}
+	defer opt.Free()
 	B, T := opts.Batch, opts.Seq
 	rng := rand.New(rand.NewPCG(2, 2))
 	ids := make([]int32, B*T)
@@ -304,7 +371,7 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 	if err != nil {
 		return err
 	}
-	n := m.NumParams()
+	defer a.Free()
 	step := 0
 	var loss float32
 	trainStep := func() error {
@@ -320,27 +387,22 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 		_, err := opt.Step(0, 1) // zeroes the gradients
 		return err
 	}
-	opts.g.Log.Info().Str("model", opts.Model).Int("params", n).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Stringer("dtype", m.DType()).Msg("bench train")
+	opts.g.Log.Info().Str("model", opts.Model).Int("params", m.NumParams()).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Stringer("dtype", m.DType()).Msg("bench train")
 	if err := trainStep(); err != nil { // warm-up
 		return err
 	}
-	times := make([]float64, opts.Steps)
-	for i := range times {
+	for i := range opts.Steps {
 		t0 := time.Now()
 		if err := trainStep(); err != nil {
 			return err
 		}
-		times[i] = time.Since(t0).Seconds()
-		opts.g.Log.Debug().Int("step", i+1).Float64("seconds", times[i]).Float32("loss", loss).Msg("step")
+		sec := time.Since(t0).Seconds()
+		r.times = append(r.times, sec)
+		opts.g.Log.Debug().Int("step", i+1).Float64("seconds", sec).Float32("loss", loss).Msg("step")
 	}
-	med := median(times)
-	res := map[string]any{"tokens_per_sec": round(float64(B*T)/med, 2), "step_seconds": round(med, 4), "peak_rss_bytes": peakRSS()}
-	if opts.JSON {
-		return json.NewEncoder(opts.g.Out).Encode(res)
-	}
-	_, err = fmt.Fprintf(opts.g.Out, "train %s B=%d T=%d on %s: %.1f tokens/s, %.3f s/step (median of %d), peak RSS %.0f MiB\n",
-		opts.Model, B, T, dev.Name(), float64(B*T)/med, med, opts.Steps, float64(peakRSS())/(1<<20))
-	return err
+	r.DType, r.Device = m.DType().String(), dev.Name()
+	r.DevicePeak = max(r.DevicePeak, dev.MemStats().Peak)
+	return nil
 }
 
 func runBenchSFT(opts *BenchTrainOptions) error {

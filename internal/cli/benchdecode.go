@@ -117,7 +117,8 @@ func runBenchDecode(o *BenchDecodeOptions) error {
 		weights, kvBytes := m.NumParams()*m.DType().Size(), kc.Bytes()
 		res := map[string]any{"model": o.Model, "dtype": m.DType().String(), "batch": B, "prompt": T0, "new": N,
 			"decode_tokens_per_sec": round(tps, 2), "prefill_seconds": round(median(pre), 4),
-			"weight_bytes": weights, "kv_cache_bytes": kvBytes, "device": m.Dev.Name(), "vs_first": round(tps/first, 3)}
+			"weight_bytes": weights, "kv_cache_bytes": kvBytes, "device_peak_bytes": m.Dev.MemStats().Peak,
+			"device": m.Dev.Name(), "vs_first": round(tps/first, 3)}
 		kc.Free()
 		m.Free()
 		if o.JSON {
@@ -126,8 +127,8 @@ func runBenchDecode(o *BenchDecodeOptions) error {
 			}
 			continue
 		}
-		fmt.Fprintf(o.g.Out, "decode %s %s B=%d prompt=%d new=%d on %s: %.1f tokens/s (median of %d; %.2fx the first), prefill %.3f s, weights %.0f MiB, KV cache %.0f MiB\n",
-			o.Model, m.DType(), B, T0, N, m.Dev.Name(), tps, o.Runs, tps/first, median(pre), float64(weights)/(1<<20), float64(kvBytes)/(1<<20))
+		fmt.Fprintf(o.g.Out, "decode %s %s B=%d prompt=%d new=%d on %s: %.1f tokens/s (median of %d; %.2fx the first), prefill %.3f s, weights %.0f MiB, KV cache %.0f MiB, device peak %.0f MiB\n",
+			o.Model, m.DType(), B, T0, N, m.Dev.Name(), tps, o.Runs, tps/first, median(pre), float64(weights)/(1<<20), float64(kvBytes)/(1<<20), float64(res["device_peak_bytes"].(int64))/(1<<20))
 	}
 	return nil
 }

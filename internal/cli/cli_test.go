@@ -136,18 +136,49 @@ func TestBenchMatmulJSON(t *testing.T) {
 	}
 }
 
+// TestBenchTrainJSON runs the training benchmark for one dtype, then for
+// fp32 and bf16 side by side: one JSON object per dtype, in the order
+// asked, each with its own device peak; bf16's is no larger (the masters'
+// low halves and the bf16 weights are the fp32 weights' bytes).
 func TestBenchTrainJSON(t *testing.T) {
 	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "postln", "config.json")
-	out, errOut, code := run(t, "bench", "train", "--model", cfg, "--batch", "2", "--seq", "8", "--steps", "2", "--json")
-	if code != 0 {
-		t.Fatalf("code %d: %s", code, errOut)
+	type result struct {
+		DType      string  `json:"dtype"`
+		TPS        float64 `json:"tokens_per_sec"`
+		StepSecs   float64 `json:"step_seconds"`
+		DevicePeak int64   `json:"device_peak_bytes"`
+		PeakRSS    int64   `json:"peak_rss_bytes"`
+		VsFirst    float64 `json:"vs_first"`
 	}
-	var res map[string]float64
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		dtype string
+		want  []string
+	}{{"fp32", []string{"f32"}}, {"fp32,bf16", []string{"f32", "bf16"}}} {
+		out, errOut, code := run(t, "bench", "train", "--model", cfg, "--batch", "2", "--seq", "8", "--steps", "2", "--rounds", "2", "--dtype", c.dtype, "--json")
+		if code != 0 {
+			t.Fatalf("--dtype %s: code %d: %s", c.dtype, code, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != len(c.want) {
+			t.Fatalf("--dtype %s: want %d JSON lines, got %q", c.dtype, len(c.want), out)
+		}
+		var res []result
+		for i, l := range lines {
+			var r result
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.DType != c.want[i] || !(r.TPS > 0 && r.StepSecs > 0 && r.PeakRSS > 0 && r.DevicePeak > 0 && r.VsFirst > 0) {
+				t.Errorf("--dtype %s, line %d: %+v", c.dtype, i, r)
+			}
+			res = append(res, r)
+		}
+		if len(res) == 2 && res[1].DevicePeak > res[0].DevicePeak {
+			t.Errorf("bf16 device peak %d > fp32's %d", res[1].DevicePeak, res[0].DevicePeak)
+		}
 	}
-	if !(res["tokens_per_sec"] > 0 && res["step_seconds"] > 0 && res["peak_rss_bytes"] > 0) {
-		t.Errorf("result %v", res)
+	if _, errOut, code := run(t, "bench", "train", "--model", cfg, "--dtype", "fp32,fp16"); code != 2 || !strings.Contains(errOut, "--dtype") {
+		t.Errorf("--dtype fp32,fp16: code %d, %q", code, errOut)
 	}
 }
 

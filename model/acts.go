@@ -8,7 +8,8 @@ import (
 
 // layerActs are the saved activations of one decoder layer for a [B,T]
 // batch (N = B·T rows). Which buffers hold what depends on the LayerNorm
-// placement; see layerForward.
+// placement; see layerForward. With a bf16 store (Acts.store) ln1, ln2,
+// atty and fchAct (for relu also fch, which it aliases) are BF16.
 type layerActs struct {
 	ln1, ln1Mean, ln1Rstd kernels.Buffer // [N,H], [N], [N]
 	qkv                   kernels.Buffer // [N,3H]
@@ -56,6 +57,18 @@ type Acts struct {
 	dfch             kernels.Buffer // [N,F]
 	dy, demb         kernels.Buffer // [N,P]
 	dlosses, dvalues kernels.Buffer // [N]
+
+	// store is the bf16 store: with BF16 weights, training without
+	// gradient checkpointing and no adapter, the tensors the backward pass
+	// reads only as the input of a bf16 matmul — ln1, ln2, atty, fchAct —
+	// are kept rounded to BF16. The matmul rounds them to bf16 itself, so
+	// the gradients are bit for bit those of keeping them F32 (but for a
+	// ReLU output below 2^-134, which rounds to zero and then passes no
+	// gradient), at half their memory; PyTorch's autocast keeps them bf16
+	// too. The forward computes them in the F32 working buffers wsH, wsF
+	// and keeps them rounded; the backward widens them there before use.
+	store    bool
+	wsH, wsF kernels.Buffer // [N,H], [N,F] F32 working buffers of the store
 	seed             uint64
 	logitsLive       bool
 	hostTargets      []int32
@@ -78,6 +91,28 @@ type ActsOptions struct {
 	Checkpoint bool
 	// NoLogits skips the lm_head (value-only models: reward and critic).
 	NoLogits bool
+	// F32Acts keeps every activation F32 even where the bf16 store would
+	// keep some BF16 (see Acts; the gradients are the same).
+	F32Acts bool
+}
+
+// WeightsInfo is what the layout of activation buffers needs to know of a
+// model beyond its config: the parameters' element type and whether an
+// adapter (LoRA) is attached. Attach adapters before making Acts.
+type WeightsInfo struct {
+	DType   kernels.DType
+	Adapter bool
+}
+
+// WeightsInfo describes m's parameters as ActsBytes needs them.
+func (m *Model) WeightsInfo() WeightsInfo {
+	return WeightsInfo{DType: m.DType(), Adapter: m.adapter != nil}
+}
+
+// bf16Store reports whether activations laid out with opts for weights w
+// keep the bf16 store (see Acts).
+func bf16Store(w WeightsInfo, opts ActsOptions) bool {
+	return w.DType == kernels.BF16 && opts.Train && !opts.Checkpoint && !opts.F32Acts && !w.Adapter
 }
 
 // NewActs allocates the activation buffers for batches of shape [B,T].
@@ -143,7 +178,7 @@ func (m *Model) ReuseActs(a *Acts, b, t int, opts ActsOptions) (_ *Acts, err err
 		i++
 		return v
 	}
-	m.layoutActs(a, b, t, opts, buf)
+	m.layoutActs(a, b, t, opts, m.WeightsInfo(), buf)
 	for _, bk := range a.backing[i:] { // a structure change (Config.Dropout toggled) left these unused
 		m.Dev.Free(bk)
 	}
@@ -178,18 +213,23 @@ func (a *Acts) Bytes() int {
 // = fch for relu, fin = resid[L] without a final LayerNorm, y = fin without
 // project_out) are views of the same buffer, as the forward pass expects.
 // Only dev and backing survive; every flag starts cleared.
-func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, buf func(kernels.DType, int) kernels.Buffer) {
+func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) {
 	c := m.Config
 	H, F, P, V, NH := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumHeads
 	n := b * t
 	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
 	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
+	store := bf16Store(w, opts)
+	kept := f32 // the tensors the bf16 store keeps
+	if store {
+		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
+	}
 	nl := c.NumLayers
 	if opts.Checkpoint {
 		nl = 1
 	}
 	*a = Acts{
-		B: b, T: t, opts: opts,
+		B: b, T: t, opts: opts, store: store,
 		dev: a.dev, backing: a.backing,
 		hostTargets: a.hostTargets[:0],
 		resid:       reuse(a.resid, c.NumLayers+1),
@@ -208,18 +248,19 @@ func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, buf func(kernels
 	dropout := opts.Dropout && c.Dropout > 0
 	for i := range a.layers {
 		la := &a.layers[i]
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(3*n*H), f32(b*NH*t*t), f32(n*H), f32(n*H), f32(n*H)
-		la.ln1, la.ln1Mean, la.ln1Rstd = f32(n*H), f32(n), f32(n)
+		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(3*n*H), f32(b*NH*t*t), kept(n*H), f32(n*H), f32(n*H)
+		la.ln1, la.ln1Mean, la.ln1Rstd = kept(n*H), f32(n), f32(n)
 		la.ln2Mean, la.ln2Rstd = f32(n), f32(n)
 		if c.DoLayerNormBefore {
-			la.ln2 = f32(n * H)
+			la.ln2 = kept(n * H)
 		} else {
 			la.s2 = f32(n * H)
 		}
-		la.fch = f32(n * F)
-		la.fchAct = la.fch
-		if c.Activation != "relu" {
-			la.fchAct = f32(n * F)
+		if c.Activation == "relu" {
+			la.fch = kept(n * F)
+			la.fchAct = la.fch
+		} else {
+			la.fch, la.fchAct = f32(n*F), kept(n*F) // GELU's backward reads fch
 		}
 		la.fc2o = f32(n * H)
 		if dropout {
@@ -247,6 +288,9 @@ func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, buf func(kernels
 			a.demb = f32(n * P)
 		}
 		a.dlosses, a.dvalues = f32(n), f32(n)
+	}
+	if store {
+		a.wsH, a.wsF = f32(n*H), f32(n*F)
 	}
 }
 

@@ -130,19 +130,29 @@ func (m *Model) layerBackward(a *Acts, gw *LayerParams, l int) {
 		d.Mul(dst, src, scale, N*H)
 		return dst
 	}
+	// widen returns a tensor the forward kept, as F32: itself, or with a
+	// bf16 store (Acts.store) widened into the working buffer ws.
+	widen := func(kept, ws kernels.Buffer) kernels.Buffer {
+		if !a.store {
+			return kept
+		}
+		d.Copy(ws, kept)
+		return ws
+	}
 
 	if c.DoLayerNormBefore {
 		// out = s1 + fc2o
 		dfc2o := undrop(a.dC, a.dA, la.drop2)
-		m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
-		m.activationBackward(a.dfch, a.dfch, la, N*F)
-		m.linearBackward(l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, la.ln2, w.FC1W, N, H, F)
+		act := widen(la.fchAct, a.wsF)
+		m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, act, w.FC2W, N, F, H)
+		m.activationBackward(a.dfch, a.dfch, act, la.fch, N*F)
+		m.linearBackward(l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, widen(la.ln2, a.wsH), w.FC1W, N, H, F)
 		d.LayerNormBackward(a.dA, gw.FFNLNW, gw.FFNLNB, a.dB, la.s1, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
 		// s1 = r + attnOut
 		dattn := undrop(a.dC, a.dA, la.drop1)
-		m.linearBackward(l, SiteOut, a.dB, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
+		m.linearBackward(l, SiteOut, a.dB, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
 		d.AttentionBackward(a.dqkv, a.dB, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
-		m.linearBackward(l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, la.ln1, w.QKVW, N, H, 3*H)
+		m.linearBackward(l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, widen(la.ln1, a.wsH), w.QKVW, N, H, 3*H)
 		d.LayerNormBackward(a.dA, gw.AttnLNW, gw.AttnLNB, a.dB, r, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
 		return
 	}
@@ -152,16 +162,17 @@ func (m *Model) layerBackward(a *Acts, gw *LayerParams, l int) {
 	d.LayerNormBackward(a.dB, gw.FFNLNW, gw.FFNLNB, a.dA, la.s2, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
 	// s2 = ln1 + fc2o
 	dfc2o := undrop(a.dC, a.dB, la.drop2)
-	m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, la.fchAct, w.FC2W, N, F, H)
-	m.activationBackward(a.dfch, a.dfch, la, N*F)
-	m.linearBackward(l, SiteFC1, a.dA, gw.FC1W, gw.FC1B, a.dfch, la.ln1, w.FC1W, N, H, F)
+	act := widen(la.fchAct, a.wsF)
+	m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, act, w.FC2W, N, F, H)
+	m.activationBackward(a.dfch, a.dfch, act, la.fch, N*F)
+	m.linearBackward(l, SiteFC1, a.dA, gw.FC1W, gw.FC1B, a.dfch, widen(la.ln1, a.wsH), w.FC1W, N, H, F)
 	d.Add(a.dA, a.dA, a.dB, N*H)
 	// ln1 = LN1(s1)
 	d.Zero(a.dB)
 	d.LayerNormBackward(a.dB, gw.AttnLNW, gw.AttnLNB, a.dA, la.s1, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
 	// s1 = r + attnOut
 	dattn := undrop(a.dC, a.dB, la.drop1)
-	m.linearBackward(l, SiteOut, a.dA, gw.OutW, gw.OutB, dattn, la.atty, w.OutW, N, H, H)
+	m.linearBackward(l, SiteOut, a.dA, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
 	d.AttentionBackward(a.dqkv, a.dA, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
 	m.linearBackward(l, SiteQKV, a.dA, gw.QKVW, gw.QKVB, a.dqkv, r, w.QKVW, N, H, 3*H)
 	d.Add(a.dA, a.dA, a.dB, N*H)

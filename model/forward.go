@@ -192,32 +192,56 @@ func (m *Model) layerForward(a *Acts, l int) {
 		}
 	}
 
+	// Where this pass computes the tensors a bf16 store keeps rounded
+	// (Acts.store): its F32 working buffers, kept once used.
+	ln1, ln2, atty, fch, act := la.ln1, la.ln2, la.atty, la.fch, la.fchAct
+	if a.store {
+		ln1, ln2, atty, act = a.wsH, a.wsH, a.wsH, a.wsF
+		if c.Activation == "relu" {
+			fch = a.wsF
+		}
+	}
+	keep := func(dst, src kernels.Buffer) {
+		if a.store {
+			d.Copy(dst, src)
+		}
+	}
+
 	attnIn := r
 	if c.DoLayerNormBefore {
-		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-		attnIn = la.ln1
+		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+		attnIn = ln1
 	}
 	m.linearForward(l, SiteQKV, la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
-	d.AttentionForward(la.atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
-	m.linearForward(l, SiteOut, la.attnOut, la.atty, w.OutW, w.OutB, N, H, H)
+	if c.DoLayerNormBefore {
+		keep(la.ln1, ln1)
+	}
+	d.AttentionForward(atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
+	m.linearForward(l, SiteOut, la.attnOut, atty, w.OutW, w.OutB, N, H, H)
+	keep(la.atty, atty)
 	dropout(la.attnOut, la.drop1, 0)
 	d.Add(la.s1, r, la.attnOut, N*H)
 
-	ffnIn := la.ln1
+	ffnIn := ln1
 	if c.DoLayerNormBefore {
-		d.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-		ffnIn = la.ln2
+		d.LayerNormForward(ln2, la.ln2Mean, la.ln2Rstd, la.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
+		ffnIn = ln2
 	} else {
-		d.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
 	}
-	m.linearForward(l, SiteFC1, la.fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
-	m.activationForward(la.fchAct, la.fch, N*F)
-	m.linearForward(l, SiteFC2, la.fc2o, la.fchAct, w.FC2W, w.FC2B, N, F, H)
+	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
+	if c.DoLayerNormBefore {
+		keep(la.ln2, ln2)
+	}
+	m.activationForward(act, fch, N*F)
+	m.linearForward(l, SiteFC2, la.fc2o, act, w.FC2W, w.FC2B, N, F, H)
+	keep(la.fchAct, act)
 	dropout(la.fc2o, la.drop2, 1)
 	if c.DoLayerNormBefore {
 		d.Add(out, la.s1, la.fc2o, N*H)
 	} else {
-		d.Add(la.s2, la.ln1, la.fc2o, N*H)
+		d.Add(la.s2, ln1, la.fc2o, N*H)
+		keep(la.ln1, ln1)
 		d.LayerNormForward(out, la.ln2Mean, la.ln2Rstd, la.s2, w.FFNLNW, w.FFNLNB, N, H, lnEps)
 	}
 }
@@ -230,11 +254,13 @@ func (m *Model) activationForward(out, inp kernels.Buffer, n int) {
 	}
 }
 
-func (m *Model) activationBackward(dinp, dout kernels.Buffer, la *layerActs, n int) {
+// activationBackward is activationForward's backward, given its output
+// act (ReLU's mask) and its input pre (GELU's).
+func (m *Model) activationBackward(dinp, dout, act, pre kernels.Buffer, n int) {
 	if m.Config.Activation == "relu" {
-		m.Dev.ReLUBackward(dinp, dout, la.fchAct, n)
+		m.Dev.ReLUBackward(dinp, dout, act, n)
 	} else {
-		m.Dev.GELUBackward(dinp, dout, la.fch, n)
+		m.Dev.GELUBackward(dinp, dout, pre, n)
 	}
 }
 

@@ -31,12 +31,12 @@ func LargestParam(c *Config, valueHead bool) int {
 }
 
 // ActsBytes is the device memory NewActs(b, t, opts) allocates for a model
-// with config c (with a value head when valueHead): Bytes of the result.
-// Dropout buffers follow c.Dropout, as for the model.
-func ActsBytes(c *Config, valueHead bool, b, t int, opts ActsOptions) int {
+// with config c (with a value head when valueHead) and weights w: Bytes of
+// the result. Dropout buffers follow c.Dropout, as for the model.
+func ActsBytes(c *Config, valueHead bool, b, t int, opts ActsOptions, w WeightsInfo) int {
 	m := &Model{Config: c, opts: Options{ValueHead: valueHead}}
 	n := 0
-	m.layoutActs(&Acts{}, b, t, opts, func(dt kernels.DType, k int) kernels.Buffer {
+	m.layoutActs(&Acts{}, b, t, opts, w, func(dt kernels.DType, k int) kernels.Buffer {
 		n += k * dt.Size()
 		return nil
 	})
@@ -65,7 +65,7 @@ type ActsShape struct {
 	Opts ActsOptions
 }
 
-// Bytes is ActsBytes for the shape on a model with config c.
-func (s ActsShape) Bytes(c *Config, valueHead bool) int {
-	return ActsBytes(c, valueHead, s.B, s.T, s.Opts)
+// Bytes is ActsBytes for the shape on a model with config c and weights w.
+func (s ActsShape) Bytes(c *Config, valueHead bool, w WeightsInfo) int {
+	return ActsBytes(c, valueHead, s.B, s.T, s.Opts, w)
 }

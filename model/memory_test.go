@@ -16,11 +16,15 @@ func TestMemoryFunctionsMatchAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, m := range actsModels(t, dev) {
-		for _, drop := range []float64{0, 0.1} {
+		for _, v := range []struct {
+			drop float64
+			dt   kernels.DType
+		}{{0, kernels.F32}, {0.1, kernels.F32}, {0, kernels.BF16}, {0.1, kernels.BF16}} {
+			drop := v.drop
 			cfg := *m.Config
 			cfg.Dropout = drop
 			vh := m.HasValueHead()
-			mm, err := New(dev, &cfg, Options{ValueHead: vh})
+			mm, err := New(dev, &cfg, Options{ValueHead: vh, DType: v.dt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,8 +44,8 @@ func TestMemoryFunctionsMatchAllocations(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got, want := ActsBytes(&cfg, vh, bt[0], bt[1], o), a.Bytes(); got != want {
-						t.Errorf("%s dropout %v %dx%d %+v: ActsBytes %d, NewActs holds %d", name, drop, bt[0], bt[1], o, got, want)
+					if got, want := ActsBytes(&cfg, vh, bt[0], bt[1], o, mm.WeightsInfo()), a.Bytes(); got != want {
+						t.Errorf("%s %v dropout %v %dx%d %+v: ActsBytes %d, NewActs holds %d", name, v.dt, drop, bt[0], bt[1], o, got, want)
 					}
 					a.Free()
 				}
@@ -69,9 +73,9 @@ func TestActsBytesScales(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true})
-	noLogits := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true, NoLogits: true})
-	ckpt := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true, Checkpoint: true, NoLogits: true})
+	full := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true}, WeightsInfo{})
+	noLogits := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true, NoLogits: true}, WeightsInfo{})
+	ckpt := ActsBytes(cfg, false, 4, 128, ActsOptions{Train: true, Checkpoint: true, NoLogits: true}, WeightsInfo{})
 	if !(ckpt < noLogits/4) {
 		t.Errorf("checkpointing keeps %d of %d bytes", ckpt, noLogits)
 	}

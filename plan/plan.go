@@ -282,12 +282,12 @@ func frozen(name string, c *model.Config, vh bool, dt kernels.DType) Model {
 }
 
 // actsSplit returns a shape's activation bytes without and with its
-// logits part.
-func actsSplit(c *model.Config, vh bool, s model.ActsShape) (acts, logits int64) {
-	all := s.Bytes(c, vh)
+// logits part, for weights w.
+func actsSplit(c *model.Config, vh bool, s model.ActsShape, w model.WeightsInfo) (acts, logits int64) {
+	all := s.Bytes(c, vh, w)
 	no := s
 	no.Opts.NoLogits = true
-	without := no.Bytes(c, vh)
+	without := no.Bytes(c, vh, w)
 	return int64(without), int64(all - without)
 }
 
@@ -320,11 +320,12 @@ func (s Stage) Estimate() (*Estimate, error) {
 	}
 	m.Checkpointing = s.Sft.Checkpoint
 	s.Parallel.partition(&m, s.Parallel.Stage)
-	trActs, trLogits := actsSplit(c, vh, tr)
-	evActs, evLogits := actsSplit(c, vh, ev)
+	w := model.WeightsInfo{DType: s.DType, Adapter: s.LoRA.Dim > 0}
+	trActs, trLogits := actsSplit(c, vh, tr, w)
+	evActs, evLogits := actsSplit(c, vh, ev, w)
 	other := tr
 	other.Opts.Checkpoint = !other.Opts.Checkpoint
-	otherActs, _ := actsSplit(c, vh, other)
+	otherActs, _ := actsSplit(c, vh, other, w)
 	m.Acts, m.Logits = trActs+evActs, trLogits+evLogits
 	m.ActsOther = otherActs + evActs
 	var loraActs int64
@@ -417,15 +418,17 @@ func (p PPO) Estimate() (*Estimate, error) {
 	rows := map[string]*Model{"actor": &actor, "reference": &ref, "critic": &critic}
 	conf := map[string]*model.Config{"actor": p.Actor, "reference": p.Actor, "critic": p.Critic}
 	heads := map[string]bool{"critic": true}
+	wi := map[string]model.WeightsInfo{"actor": {DType: dt, Adapter: p.ActorLoRA.Dim > 0}, "reference": {DType: dt},
+		"critic": {DType: dt, Adapter: p.CriticLoRA.Dim > 0}}
 	for _, s := range p.Opts.ActsPlan(p.ActorCheckpointing, p.GenBatch, p.TrainBatch, seq, p.UnsupLen) {
-		a, l := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape)
+		a, l := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape, wi[s.Model])
 		rows[s.Model].Acts += a
 		rows[s.Model].Logits += l
 	}
 	otherOpts := p.Opts
 	otherOpts.CriticCheckpointing = !otherOpts.CriticCheckpointing
 	for _, s := range otherOpts.ActsPlan(!p.ActorCheckpointing, p.GenBatch, p.TrainBatch, seq, p.UnsupLen) {
-		a, _ := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape)
+		a, _ := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape, wi[s.Model])
 		if s.Model != "reference" {
 			rows[s.Model].ActsOther += a
 		}
@@ -475,7 +478,7 @@ func (p PPO) Estimate() (*Estimate, error) {
 	if p.KeepCache {
 		kept = gen
 	}
-	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true))
+	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true, model.WeightsInfo{DType: dt}))
 	// Saving fuses LoRA into a copy of the weights, one model at a time
 	// (saves is their sum: they follow each other between collections).
 	var save, saves int64

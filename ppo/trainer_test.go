@@ -647,7 +647,7 @@ func TestActsPlanMatchesTrainer(t *testing.T) {
 			planned := 0
 			for _, s := range c.opts.ActsPlan(c.actorCkpt, 6, 4, 5+8, c.unsupLen) {
 				m := cfgs[s.Model]
-				planned += s.Bytes(m.Config, m.HasValueHead())
+				planned += s.Bytes(m.Config, m.HasValueHead(), m.WeightsInfo())
 			}
 			if held != planned {
 				t.Errorf("trainer holds %d bytes of activations, ActsPlan says %d", held, planned)

@@ -14,6 +14,11 @@ with train.jsonl (../shared/data/rm-static-sample/sample.jsonl) and test.jsonl
 (its first 8 rows). --env GOGC=100,GOMEMLIMIT=off runs with Go's defaults
 instead of the steps' own GC settings. Runs one configuration at a time: the
 measurements need the machine to themselves.
+
+    /usr/bin/python3 scripts/measure_memory.py --table RESULTS.jsonl ...
+
+prints the README's table from such JSON lines (a later line of the same
+configuration replaces an earlier one).
 """
 import argparse
 import json
@@ -69,6 +74,56 @@ def configs(m, d):
     }
 
 
+DESCRIPTIONS = {
+    "sft-125m-fp32": "step 1, opt-125m, fp32",
+    "sft-125m-bf16-ckpt": "step 1, opt-125m, bf16, checkpointing",
+    "sft-350m-fp32-lora": "step 1, opt-350m, fp32, LoRA 64 on full training",
+    "reward-350m-fp32": "step 2, opt-350m, fp32",
+    "reward-350m-bf16-lora-ckpt": "step 2, opt-350m, bf16, LoRA 128 only, checkpointing",
+    "sft-1.3b-fp32-lora-ckpt": "step 1, opt-1.3b, fp32, LoRA 128 only, checkpointing",
+    "sft-1.3b-bf16-lora-ckpt": "step 1, opt-1.3b, bf16, LoRA 128 only, checkpointing",
+    "ppo-125m-fp32": "step 3, opt-125m actor/critic/reward, fp32",
+    "ppo-125m-fp32-lora-keep": "step 3, opt-125m, fp32, LoRA 32 on both (full training), EMA, --keep-inference-cache",
+    "ppo-350m-bf16-ema": "step 3, opt-350m actor, opt-125m critic/reward, bf16, EMA, 2 rounds",
+    "ppo-350m-bf16-ema-6": "the same, 6 rounds",
+    "ppo-1.3b-350m-bf16-lora-ckpt": "step 3, opt-1.3b actor, opt-350m critic/reward, bf16, actor LoRA 128 only, checkpointing",
+}
+
+
+def table(paths):
+    """Prints the README's markdown table from measure() records."""
+    rows = {}
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            rows[r["name"]] = r
+    order = [n for n in DESCRIPTIONS if n in rows] + [n for n in rows if n not in DESCRIPTIONS]
+
+    def flags(r):
+        out, skip = [], False
+        for f in r["flags"]:
+            if skip:
+                skip = False
+                continue
+            if f == "--data":
+                skip = True
+                continue
+            if "/" in f and os.path.basename(f).startswith("opt-"):
+                f = "M/" + os.path.basename(f)
+            out.append(f)
+        return " ".join(out)
+
+    gb = lambda b: "%.2f GB" % (b / 1e9)
+    print("| configuration | command (`gochat ...`) | device peak: estimated / measured | peak RSS: estimated / measured | error |")
+    print("| --- | --- | --- | --- | --- |")
+    for n in order:
+        r = rows[n]
+        dev = r.get("device_peak")
+        print("| %s | `%s %s` | %s / %s | %s / %s | %+.1f%% |" % (
+            DESCRIPTIONS.get(n, n), r["cmd"], flags(r), gb(r["est_device"]), gb(dev) if dev else "?",
+            gb(r["est_peak"]), gb(r["rss"]), r["err_pct"]))
+
+
 def measure(gochat, name, cmd, flags, env, out):
     p = subprocess.run([gochat, "estimate", cmd, *flags, "--json"], capture_output=True, text=True)
     if p.returncode != 0:
@@ -96,11 +151,17 @@ def measure(gochat, name, cmd, flags, env, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gochat", default="bin/gochat")
-    ap.add_argument("--models", required=True, help="folder of gochat init models: opt-125m, opt-350m, opt-1.3b")
-    ap.add_argument("--data", required=True, help="folder with train.jsonl and test.jsonl")
+    ap.add_argument("--models", help="folder of gochat init models: opt-125m, opt-350m, opt-1.3b")
+    ap.add_argument("--data", help="folder with train.jsonl and test.jsonl")
     ap.add_argument("--env", default="", help="environment for the steps, e.g. GOGC=100,GOMEMLIMIT=off")
-    ap.add_argument("names", nargs="*", help="configurations (default: all)")
+    ap.add_argument("--table", action="store_true", help="print the README table from the JSON lines files named")
+    ap.add_argument("names", nargs="*", help="configurations (default: all), or with --table the files")
     a = ap.parse_args()
+    if a.table:
+        table(a.names)
+        return
+    if not a.models or not a.data:
+        ap.error("--models and --data are required")
     env = dict(kv.split("=", 1) for kv in a.env.split(",") if kv)
     all_ = configs(a.models, a.data)
     with tempfile.TemporaryDirectory() as tmp:

@@ -67,8 +67,9 @@ type Acts struct {
 	// gradient), at half their memory; PyTorch's autocast keeps them bf16
 	// too. The forward computes them in the F32 working buffers wsH, wsF
 	// and keeps them rounded; the backward widens them there before use.
-	store       bool
-	wsH, wsF    kernels.Buffer // [N,H], [N,F] F32 working buffers of the store
+	store    bool
+	wsH, wsF kernels.Buffer // [N,H], [N,F] F32 working buffers of the store
+
 	seed        uint64
 	logitsLive  bool
 	hostTargets []int32

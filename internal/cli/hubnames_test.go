@@ -242,3 +242,37 @@ func TestHubFlags(t *testing.T) {
 		t.Errorf("train passes %q to step 1", args)
 	}
 }
+
+// TestPreflightBeforeDownload: `gochat sft` and `gochat ppo` on Hub ids
+// whose architectures gochat knows (built-in opt-*) run the memory
+// pre-flight before resolving them, so a run that cannot fit is refused
+// without a single request to the Hub; one that fits then downloads.
+func TestPreflightBeforeDownload(t *testing.T) {
+	s, cache := fakeHub(t)
+	data := filepath.Join("..", "..", "..", "shared", "data", "rm-static-sample", "sample.jsonl")
+	for _, args := range [][]string{
+		{"sft", "--model", "facebook/opt-1.3b", "--data", data, "--dtype", "fp32"},
+		{"ppo", "--actor", "opt-1.3b", "--critic", "350m", "--data", data, "--dtype", "fp32"},
+	} {
+		s.Reset()
+		_, errOut, code := runMem(t, 8<<30, append(args, "--output-dir", t.TempDir())...)
+		if code != 2 || !strings.Contains(errOut, "does not fit in memory") {
+			t.Errorf("%v: code %d, %q; want a pre-flight refusal", args, code, errOut)
+		}
+		if r := s.Requests(); len(r) != 0 {
+			t.Errorf("%v: %d requests to the Hub before the refusal, the first %+v", args, len(r), r[0])
+		}
+		if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+			t.Errorf("%v: the cache holds %d entries", args, len(entries))
+		}
+	}
+	// A model the planner cannot know without its config.json is planned
+	// after the download.
+	preln := filepath.Join("..", "..", "model", "testdata", "golden", "preln")
+	s.Add("model", "org/tiny-opt", "main", readFiles(t, preln, "config.json", "model.safetensors"))
+	_, errOut, code := runMem(t, 1<<20, "sft", "--model", "org/tiny-opt", "--tokenizer", filepath.Join("..", "..", "..", "shared", "data", "opt-tokenizer"),
+		"--data", data, "--max-seq-len", "16", "--output-dir", t.TempDir())
+	if code != 2 || !strings.Contains(errOut, "does not fit in memory") || len(s.Requests()) == 0 {
+		t.Errorf("org/tiny-opt with 1 MiB: code %d, %d requests, %q; want a download, then a refusal", code, len(s.Requests()), errOut)
+	}
+}

@@ -62,6 +62,17 @@ func modelConfig(g *Globals, flag, name, revision string) (*model.Config, error)
 	return c, nil
 }
 
+// plannable reports whether modelConfig finds every named model's
+// architecture (flag, name pairs) without downloading anything.
+func plannable(g *Globals, revision string, models ...[2]string) bool {
+	for _, m := range models {
+		if _, err := modelConfig(g, m[0], m[1], revision); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // planDType is the parameters' type a step will use for --dtype (auto
 // picks bf16 where the CPU computes it natively), decided without logging.
 func planDType(g *Globals, name string) (kernels.DType, error) {

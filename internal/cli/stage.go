@@ -286,11 +286,23 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	log := o.g.Log
 	start := time.Now()
 	var err error
+	// The pre-flight runs before the model is resolved when its
+	// architecture is known without downloading it (a directory, the
+	// Hugging Face cache, a built-in architecture), so that a run that
+	// cannot fit downloads nothing; otherwise after.
+	early := plannable(o.g, o.Revision, [2]string{"--model", o.Model})
+	if early {
+		if err := o.preflight(); err != nil {
+			return err
+		}
+	}
 	if o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision); err != nil {
 		return err
 	}
-	if err := o.preflight(); err != nil {
-		return err
+	if !early {
+		if err := o.preflight(); err != nil {
+			return err
+		}
 	}
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err

@@ -224,6 +224,7 @@ func runTrain(o *TrainOptions) error {
 		if err := o.prepare(st, args, true); err != nil {
 			return err
 		}
+		releaseMemory() // the previous step's models and buffers, before this step's pre-flight
 		t0 := time.Now()
 		var err error
 		switch st.n {

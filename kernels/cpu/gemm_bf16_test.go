@@ -432,7 +432,7 @@ func TestGemmBF16Skinny(t *testing.T) {
 			x := 0
 			for m := 1; m <= 9; m++ {
 				for _, n := range []int{1, 16, 17, 65, 130} {
-					for _, k := range []int{1, 16, 17, 65, 100} {
+					for _, k := range []int{1, 16, 17, 31, 65, 96, 100} {
 						for v := range 4 {
 							x++
 							sc := gemmTestScalars[x%len(gemmTestScalars)]

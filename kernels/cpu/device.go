@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -130,9 +131,17 @@ func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 	}
 	switch dt {
 	case kernels.F32:
-		return make(F32, n), nil
+		b := make(F32, n)
+		if n > 0 {
+			adviseHuge(unsafe.Pointer(&b[0]), int(size))
+		}
+		return b, nil
 	case kernels.BF16:
-		return make(BF16, n), nil
+		b := make(BF16, n)
+		if n > 0 {
+			adviseHuge(unsafe.Pointer(&b[0]), int(size))
+		}
+		return b, nil
 	default:
 		return make(I32, n), nil
 	}

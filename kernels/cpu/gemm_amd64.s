@@ -384,6 +384,8 @@ TEXT ·gemmDotAVX2(SB), NOSPLIT, $0-28
 dot32:
 	CMPQ        CX, $32
 	JLT         dot8
+	PREFETCHT0  2048(DI)
+	PREFETCHT0  2112(DI)
 	VMOVUPS     (SI), Y4
 	VMOVUPS     32(SI), Y5
 	VMOVUPS     64(SI), Y6

@@ -945,6 +945,8 @@ pairstbf16done:
 	VPMOVZXWD off(BX)(AX*2), z; \
 	VPSLLD    $16, z, z
 
+#define PFDIST 2048
+
 // func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
 // s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for j < nw, p < k: one row of X
 // against the rows of W (decoding: out = x·Wᵀ with W stored [OC, C]).
@@ -987,6 +989,10 @@ dots1pair:
 dots1pair64:
 	CMPQ    AX, R10
 	JGT     dots1pair16
+	PREFETCHT0 PFDIST(DI)(AX*2)
+	PREFETCHT0 PFDIST+64(DI)(AX*2)
+	PREFETCHT0 PFDIST(BX)(AX*2)
+	PREFETCHT0 PFDIST+64(BX)(AX*2)
 	VMOVUPS (SI)(AX*4), Z16
 	VMOVUPS 64(SI)(AX*4), Z17
 	VMOVUPS 128(SI)(AX*4), Z18

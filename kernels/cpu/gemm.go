@@ -253,23 +253,43 @@ func gemmBiasBlocked(kern *gemmKernel, threads int, transA, transB bool, m, n, k
 	gemmBlocked(kern, t, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, bias, c, ldc)
 }
 
-// gemmFanOut runs fn(0..t-1) on t goroutines, fn(0) on the caller's.
+// gemmFanOut runs fn(0), ..., fn(t-1), each once, on the caller's
+// goroutine and the GEMM workers (at most t at a time; a share whose
+// worker starts late may run on the caller instead), and returns when all
+// have run.
 func gemmFanOut(t int, fn func(i int)) {
 	if t <= 1 {
 		fn(0)
 		return
 	}
-	var wg sync.WaitGroup
-	wg.Add(t - 1)
-	for i := 1; i < t; i++ {
-		go func() {
-			defer wg.Done()
-			fn(i)
-		}()
-	}
-	fn(0)
-	wg.Wait()
+	w := gemmFanPool.Get().(*gemmFanWork)
+	w.fn = fn
+	w.sc.start(t, t, 1)
+	w.sc.block(w, 0, t)
+	w.sc.finish()
+	w.fn = nil
+	gemmFanPool.Put(w)
 }
+
+// gemmFanWork runs the shares of a gemmFanOut as the column tiles of a
+// gemmSched (one tile a share, no A panels), so that they go to the
+// polling workers of the blocked GEMMs: a matrix-vector product of
+// decoding takes 20-200 µs, and starting a goroutine for its second half
+// woke a parked thread each time (about 80 µs here, see gemmSpin).
+type gemmFanWork struct {
+	sc gemmSched
+	fn func(i int)
+}
+
+func (w *gemmFanWork) sched() *gemmSched { return &w.sc }
+func (w *gemmFanWork) packPanel(int)     {}
+func (w *gemmFanWork) compute(_ *gemmScratch, first, end int) {
+	for i := first; i < end; i++ {
+		w.fn(i)
+	}
+}
+
+var gemmFanPool = sync.Pool{New: func() any { return new(gemmFanWork) }}
 
 // gemmAddBias adds bias[j] to C[i, j] for i < m, j < len(bias).
 func gemmAddBias(m int, bias, c []float32, ldc int) {

@@ -71,6 +71,13 @@ func gemmPackPairsTBF16(dst, src *uint16, lds, kb int)
 //go:noescape
 func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
 
+// gemmSkinnyDotsEOBF16 is gemmSkinnyDots1BF16 with x given as its even
+// and odd elements (xe[i] = x[2i], xo[i] = x[2i+1]), each padded with
+// zeros to 16 values per 32 of k.
+//
+//go:noescape
+func gemmSkinnyDotsEOBF16(xe, xo *float32, w *uint16, ldw, nw, k int, s *float32)
+
 // gemmSkinnyDots4BF16 sets s[i*lds + j] = Σ_p xi[p]·FromBF16(w[j*ldw + p])
 // for i < 4, j < nw, p < k.
 //
@@ -95,7 +102,7 @@ func gemmSkinnyAxpys4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s 
 var gemmSkinnyAVX512 = gemmSkinnyKernels{
 	dots: func(x *float32, ldx, mm int, w *uint16, ldw, nw, k int, s *float32, lds int) {
 		if mm == 1 {
-			gemmSkinnyDots1BF16(x, w, ldw, nw, k, s)
+			gemmSkinnyDotsEO(x, w, ldw, nw, k, s)
 			return
 		}
 		x0, x1, x2, x3 := gemmSkinnyRowPtrs(x, ldx, mm, k)
@@ -110,6 +117,38 @@ var gemmSkinnyAVX512 = gemmSkinnyKernels{
 		gemmSkinnyAxpys4BF16(x0, x1, x2, x3, w, ldw, nw, k, s, lds)
 	},
 }
+
+// gemmSkinnyDotsEO runs gemmSkinnyDotsEOBF16 on one row of X: its even
+// and odd elements are split into pooled scratch first (k values, once a
+// call).
+func gemmSkinnyDotsEO(x *float32, w *uint16, ldw, nw, k int, s *float32) {
+	h := (k + 31) / 32 * 16
+	if h == 0 {
+		clear(unsafe.Slice(s, nw))
+		return
+	}
+	p := gemmEOPool.Get().(*[]float32)
+	defer gemmEOPool.Put(p)
+	if cap(*p) < 2*h {
+		*p = make([]float32, 2*h)
+	}
+	xe, xo := (*p)[:h], (*p)[h:2*h]
+	xs := unsafe.Slice(x, k)
+	for i := range h {
+		var e, o float32
+		if 2*i < k {
+			e = xs[2*i]
+		}
+		if 2*i+1 < k {
+			o = xs[2*i+1]
+		}
+		xe[i], xo[i] = e, o
+	}
+	gemmSkinnyDotsEOBF16(&xe[0], &xo[0], w, ldw, nw, k, s)
+}
+
+// gemmEOPool holds gemmSkinnyDotsEO's scratch.
+var gemmEOPool = sync.Pool{New: func() any { return new([]float32) }}
 
 // gemmSkinnyRowPtrs returns rows 0-3 of X (rows ldx apart, mm of them,
 // k values each), the rows past mm repeating row mm-1.

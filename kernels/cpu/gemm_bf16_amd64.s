@@ -1538,3 +1538,173 @@ ax4loopmask:
 ax4done:
 	VZEROUPPER
 	RET
+
+// func gemmSkinnyDotsEOBF16(xe, xo *float32, w *uint16, ldw, nw, k int, s *float32)
+// s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for j < nw, p < k, with x given
+// as its even and odd elements (xe[i] = x[2i], xo[i] = x[2i+1], zeros up
+// to 16 values per 32 of k): one row of X against the rows of W
+// (decoding). A 64-byte load of W holds 16 (even, odd) pairs as dwords;
+// the even weights widen by a shift left by 16 and the odd ones by masking
+// the low half off, with no shuffle, so a pair of rows costs 8 loads, 8
+// integer ops and 8 FMAs per 64 weights a row (gemmSkinnyDots1BF16 needs
+// 8 shuffles more, which run on one port and bound it below memory speed
+// on rows of 3072). Rows of W go two at a time, four accumulators a row
+// (even and odd, two chunks of 32: Z0-Z3, Z4-Z7), then one chunk of 32,
+// then the last k mod 32 weights under the word mask K1 (zeroed: the read
+// stops at the row's end). PREFETCHT0 runs PFDIST bytes ahead in W.
+//
+// Registers: SI xe, R12 xo, DI row j of W, BX row j+1, R8 ldw in bytes,
+// R9 rows left, CX k, DX s, AX p, R10 loop limit, R11 k rounded down to
+// 32, Z31 the odd mask 0xFFFF0000. xe, xo and W are all indexed by
+// (AX*2): p/2 floats, p halves.
+#define EOHALVES(src, e, o) \
+	VPSLLD $16, src, e;    \
+	VPANDD Z31, src, o
+
+TEXT ·gemmSkinnyDotsEOBF16(SB), NOSPLIT, $0-56
+	MOVQ         xe+0(FP), SI
+	MOVQ         xo+8(FP), R12
+	MOVQ         w+16(FP), DI
+	MOVQ         ldw+24(FP), R8
+	SHLQ         $1, R8
+	MOVQ         nw+32(FP), R9
+	MOVQ         k+40(FP), CX
+	MOVQ         s+48(FP), DX
+	MOVQ         CX, AX
+	ANDQ         $31, AX
+	MOVL         $-1, R10
+	BZHIL        AX, R10, R10
+	KMOVD        R10, K1
+	MOVQ         CX, R11
+	ANDQ         $-32, R11
+	MOVL         $0xffff0000, R10
+	VPBROADCASTD R10, Z31
+
+eopair:
+	CMPQ   R9, $2
+	JLT    eorow
+	LEAQ   (DI)(R8*1), BX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ   AX, AX
+	LEAQ   -64(R11), R10
+
+eopair64:
+	CMPQ        AX, R10
+	JGT         eopair32
+	PREFETCHT0  PFDIST(DI)(AX*2)
+	PREFETCHT0  PFDIST+64(DI)(AX*2)
+	PREFETCHT0  PFDIST(BX)(AX*2)
+	PREFETCHT0  PFDIST+64(BX)(AX*2)
+	VMOVUPS     (SI)(AX*2), Z16
+	VMOVUPS     64(SI)(AX*2), Z17
+	VMOVUPS     (R12)(AX*2), Z18
+	VMOVUPS     64(R12)(AX*2), Z19
+	VMOVDQU32   (DI)(AX*2), Z8
+	VMOVDQU32   64(DI)(AX*2), Z9
+	VMOVDQU32   (BX)(AX*2), Z12
+	VMOVDQU32   64(BX)(AX*2), Z13
+	EOHALVES(Z8, Z10, Z8)
+	EOHALVES(Z9, Z11, Z9)
+	EOHALVES(Z12, Z14, Z12)
+	EOHALVES(Z13, Z15, Z13)
+	VFMADD231PS Z16, Z10, Z0
+	VFMADD231PS Z18, Z8, Z1
+	VFMADD231PS Z17, Z11, Z2
+	VFMADD231PS Z19, Z9, Z3
+	VFMADD231PS Z16, Z14, Z4
+	VFMADD231PS Z18, Z12, Z5
+	VFMADD231PS Z17, Z15, Z6
+	VFMADD231PS Z19, Z13, Z7
+	ADDQ        $64, AX
+	JMP         eopair64
+
+eopair32:
+	CMPQ        AX, R11
+	JGE         eopairmask
+	VMOVUPS     (SI)(AX*2), Z16
+	VMOVUPS     (R12)(AX*2), Z18
+	VMOVDQU32   (DI)(AX*2), Z8
+	VMOVDQU32   (BX)(AX*2), Z12
+	EOHALVES(Z8, Z10, Z8)
+	EOHALVES(Z12, Z14, Z12)
+	VFMADD231PS Z16, Z10, Z0
+	VFMADD231PS Z18, Z8, Z1
+	VFMADD231PS Z16, Z14, Z4
+	VFMADD231PS Z18, Z12, Z5
+	ADDQ        $32, AX
+
+eopairmask:
+	CMPQ        AX, CX
+	JGE         eopairsum
+	VMOVUPS     (SI)(AX*2), Z16
+	VMOVUPS     (R12)(AX*2), Z18
+	VMOVDQU16.Z (DI)(AX*2), K1, Z8
+	VMOVDQU16.Z (BX)(AX*2), K1, Z12
+	EOHALVES(Z8, Z10, Z8)
+	EOHALVES(Z12, Z14, Z12)
+	VFMADD231PS Z16, Z10, Z2
+	VFMADD231PS Z18, Z8, Z3
+	VFMADD231PS Z16, Z14, Z6
+	VFMADD231PS Z18, Z12, Z7
+
+eopairsum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
+	VADDPS Z5, Z4, Z4
+	VADDPS Z7, Z6, Z6
+	HSUM2(Z4, Z6, Y4, X4, Y5, X5)
+	VMOVSS X0, (DX)
+	VMOVSS X4, 4(DX)
+	ADDQ   $8, DX
+	LEAQ   (DI)(R8*2), DI
+	SUBQ   $2, R9
+	JMP    eopair
+
+eorow:
+	TESTQ  R9, R9
+	JEQ    eodone
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ   AX, AX
+
+eorow32:
+	CMPQ        AX, R11
+	JGE         eorowmask
+	VMOVUPS     (SI)(AX*2), Z16
+	VMOVUPS     (R12)(AX*2), Z18
+	VMOVDQU32   (DI)(AX*2), Z8
+	EOHALVES(Z8, Z10, Z8)
+	VFMADD231PS Z16, Z10, Z0
+	VFMADD231PS Z18, Z8, Z1
+	ADDQ        $32, AX
+	JMP         eorow32
+
+eorowmask:
+	CMPQ        AX, CX
+	JGE         eorowsum
+	VMOVUPS     (SI)(AX*2), Z16
+	VMOVUPS     (R12)(AX*2), Z18
+	VMOVDQU16.Z (DI)(AX*2), K1, Z8
+	EOHALVES(Z8, Z10, Z8)
+	VFMADD231PS Z16, Z10, Z2
+	VFMADD231PS Z18, Z8, Z3
+
+eorowsum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
+	VMOVSS X0, (DX)
+
+eodone:
+	VZEROUPPER
+	RET

@@ -65,14 +65,8 @@ func gemmPackPairsTF32(dst *uint16, src *float32, lds, kb int)
 //go:noescape
 func gemmPackPairsTBF16(dst, src *uint16, lds, kb int)
 
-// gemmSkinnyDots1BF16 sets s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for
-// j < nw, p < k.
-//
-//go:noescape
-func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
-
-// gemmSkinnyDotsEOBF16 is gemmSkinnyDots1BF16 with x given as its even
-// and odd elements (xe[i] = x[2i], xo[i] = x[2i+1]), each padded with
+// gemmSkinnyDotsEOBF16 sets s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for
+// j < nw, p < k, with x given as its even and odd elements (xe[i] = x[2i], xo[i] = x[2i+1]), each padded with
 // zeros to 16 values per 32 of k.
 //
 //go:noescape

@@ -945,168 +945,9 @@ pairstbf16done:
 	VPMOVZXWD off(BX)(AX*2), z; \
 	VPSLLD    $16, z, z
 
+// PFDIST is how far ahead in W the matrix-vector kernel prefetches: 2 KiB
+// measured best for decoding (1, 4 and 8 KiB slower).
 #define PFDIST 2048
-
-// func gemmSkinnyDots1BF16(x *float32, w *uint16, ldw, nw, k int, s *float32)
-// s[j] = Σ_p x[p]·FromBF16(w[j*ldw + p]) for j < nw, p < k: one row of X
-// against the rows of W (decoding: out = x·Wᵀ with W stored [OC, C]).
-// Rows of W go two at a time (two streams from memory, x loaded once for
-// both): four accumulators a row (Z0-Z3, Z4-Z7) over 64 values at a time,
-// x in Z16-Z19; then 16 at a time into Z0 and Z4, then the last k mod 16
-// under mask K1. A last odd row goes alone the same way.
-//
-// Registers: SI x, DI row j of W, BX row j+1, R8 ldw in bytes, R9 rows
-// left, CX k, DX s, AX p, R10 loop limit.
-TEXT ·gemmSkinnyDots1BF16(SB), NOSPLIT, $0-48
-	MOVQ  x+0(FP), SI
-	MOVQ  w+8(FP), DI
-	MOVQ  ldw+16(FP), R8
-	SHLQ  $1, R8
-	MOVQ  nw+24(FP), R9
-	MOVQ  k+32(FP), CX
-	MOVQ  s+40(FP), DX
-	MOVQ  CX, AX
-	ANDQ  $15, AX
-	MOVL  $-1, R10
-	BZHIL AX, R10, R10
-	KMOVW R10, K1
-
-dots1pair:
-	CMPQ   R9, $2
-	JLT    dots1row
-	LEAQ   (DI)(R8*1), BX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	XORQ   AX, AX
-	LEAQ   -64(CX), R10
-
-dots1pair64:
-	CMPQ    AX, R10
-	JGT     dots1pair16
-	PREFETCHT0 PFDIST(DI)(AX*2)
-	PREFETCHT0 PFDIST+64(DI)(AX*2)
-	PREFETCHT0 PFDIST(BX)(AX*2)
-	PREFETCHT0 PFDIST+64(BX)(AX*2)
-	VMOVUPS (SI)(AX*4), Z16
-	VMOVUPS 64(SI)(AX*4), Z17
-	VMOVUPS 128(SI)(AX*4), Z18
-	VMOVUPS 192(SI)(AX*4), Z19
-	WIDEN(0, Z8)
-	WIDEN(32, Z9)
-	WIDEN(64, Z10)
-	WIDEN(96, Z11)
-	WIDENB(0, Z12)
-	WIDENB(32, Z13)
-	WIDENB(64, Z14)
-	WIDENB(96, Z15)
-	VFMADD231PS Z16, Z8, Z0
-	VFMADD231PS Z17, Z9, Z1
-	VFMADD231PS Z18, Z10, Z2
-	VFMADD231PS Z19, Z11, Z3
-	VFMADD231PS Z16, Z12, Z4
-	VFMADD231PS Z17, Z13, Z5
-	VFMADD231PS Z18, Z14, Z6
-	VFMADD231PS Z19, Z15, Z7
-	ADDQ    $64, AX
-	JMP     dots1pair64
-
-dots1pair16:
-	LEAQ -16(CX), R10
-
-dots1pair16loop:
-	CMPQ    AX, R10
-	JGT     dots1pairmask
-	VMOVUPS (SI)(AX*4), Z16
-	WIDEN(0, Z8)
-	WIDENB(0, Z12)
-	VFMADD231PS Z16, Z8, Z0
-	VFMADD231PS Z16, Z12, Z4
-	ADDQ    $16, AX
-	JMP     dots1pair16loop
-
-dots1pairmask:
-	CMPQ        AX, CX
-	JGE         dots1pairsum
-	VMOVUPS.Z   (SI)(AX*4), K1, Z16
-	VPMOVZXWD.Z (DI)(AX*2), K1, Z8
-	VPMOVZXWD.Z (BX)(AX*2), K1, Z12
-	VPSLLD      $16, Z8, Z8
-	VPSLLD      $16, Z12, Z12
-	VFMADD231PS Z16, Z8, Z0
-	VFMADD231PS Z16, Z12, Z4
-
-dots1pairsum:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
-	VADDPS Z5, Z4, Z4
-	VADDPS Z7, Z6, Z6
-	HSUM2(Z4, Z6, Y4, X4, Y5, X5)
-	VMOVSS X0, (DX)
-	VMOVSS X4, 4(DX)
-	ADDQ   $8, DX
-	LEAQ   (DI)(R8*2), DI
-	SUBQ   $2, R9
-	JMP    dots1pair
-
-dots1row:
-	TESTQ  R9, R9
-	JEQ    dots1done
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	XORQ   AX, AX
-	LEAQ   -64(CX), R10
-
-dots1loop64:
-	CMPQ AX, R10
-	JGT  dots1tail16
-	WIDEN(0, Z4)
-	WIDEN(32, Z5)
-	WIDEN(64, Z6)
-	WIDEN(96, Z7)
-	VFMADD231PS (SI)(AX*4), Z4, Z0
-	VFMADD231PS 64(SI)(AX*4), Z5, Z1
-	VFMADD231PS 128(SI)(AX*4), Z6, Z2
-	VFMADD231PS 192(SI)(AX*4), Z7, Z3
-	ADDQ $64, AX
-	JMP  dots1loop64
-
-dots1tail16:
-	LEAQ -16(CX), R10
-
-dots1loop16:
-	CMPQ AX, R10
-	JGT  dots1mask
-	WIDEN(0, Z4)
-	VFMADD231PS (SI)(AX*4), Z4, Z0
-	ADDQ $16, AX
-	JMP  dots1loop16
-
-dots1mask:
-	CMPQ AX, CX
-	JGE  dots1sum
-	VPMOVZXWD.Z (DI)(AX*2), K1, Z4
-	VPSLLD      $16, Z4, Z4
-	VMOVUPS.Z   (SI)(AX*4), K1, Z5
-	VFMADD231PS Z5, Z4, Z0
-
-dots1sum:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	HSUM2(Z0, Z2, Y0, X0, Y1, X1)
-	VMOVSS X0, (DX)
-
-dots1done:
-	VZEROUPPER
-	RET
 
 // func gemmSkinnyDots4BF16(x0, x1, x2, x3 *float32, w *uint16, ldw, nw, k int, s *float32, lds int)
 // s[i*lds + j] = Σ_p xi[p]·FromBF16(w[j*ldw + p]) for i < 4, j < nw: four
@@ -1546,9 +1387,9 @@ ax4done:
 // (decoding). A 64-byte load of W holds 16 (even, odd) pairs as dwords;
 // the even weights widen by a shift left by 16 and the odd ones by masking
 // the low half off, with no shuffle, so a pair of rows costs 8 loads, 8
-// integer ops and 8 FMAs per 64 weights a row (gemmSkinnyDots1BF16 needs
-// 8 shuffles more, which run on one port and bound it below memory speed
-// on rows of 3072). Rows of W go two at a time, four accumulators a row
+// integer ops and 8 FMAs per 64 weights a row (widening each half-vector
+// with VPMOVZXWD, as the 4-row kernels do, adds 8 shuffles on one port:
+// 6% slower decoding). Rows of W go two at a time, four accumulators a row
 // (even and odd, two chunks of 32: Z0-Z3, Z4-Z7), then one chunk of 32,
 // then the last k mod 32 weights under the word mask K1 (zeroed: the read
 // stops at the row's end). PREFETCHT0 runs PFDIST bytes ahead in W.

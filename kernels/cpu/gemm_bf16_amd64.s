@@ -940,11 +940,6 @@ pairstbf16done:
 	VPMOVZXWD off(DI)(AX*2), z; \
 	VPSLLD    $16, z, z
 
-// W[j+1, p..p+16] (the row at BX, p in AX) widened into z.
-#define WIDENB(off, z) \
-	VPMOVZXWD off(BX)(AX*2), z; \
-	VPSLLD    $16, z, z
-
 // PFDIST is how far ahead in W the matrix-vector kernel prefetches: 2 KiB
 // measured best for decoding (1, 4 and 8 KiB slower).
 #define PFDIST 2048

@@ -257,15 +257,25 @@ func gemmBiasBlocked(kern *gemmKernel, threads int, transA, transB bool, m, n, k
 // goroutine and the GEMM workers (at most t at a time; a share whose
 // worker starts late may run on the caller instead), and returns when all
 // have run.
-func gemmFanOut(t int, fn func(i int)) {
+func gemmFanOut(t int, fn func(i int)) { gemmFanOutN(t, t, fn) }
+
+// gemmFanOutN is gemmFanOut for n shares on at most t goroutines: each
+// goroutine runs the shares of its own range in order, then takes those
+// left in the others' ranges, so that a worker that starts late (a parked
+// thread takes tens of microseconds to wake) leaves its shares to the
+// caller instead of the whole call waiting for it.
+func gemmFanOutN(t, n int, fn func(i int)) {
+	t = min(t, n)
 	if t <= 1 {
-		fn(0)
+		for i := range n {
+			fn(i)
+		}
 		return
 	}
 	w := gemmFanPool.Get().(*gemmFanWork)
 	w.fn = fn
-	w.sc.start(t, t, 1)
-	w.sc.block(w, 0, t)
+	w.sc.start(t, n, 1)
+	w.sc.block(w, 0, n)
 	w.sc.finish()
 	w.fn = nil
 	gemmFanPool.Put(w)
@@ -832,8 +842,9 @@ func gemmGemv(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, a
 		}
 		y := c[:n]
 		t := min(threads, max(1, n*k/gemmMinWork))
-		gemmFanOut(t, func(i int) {
-			lo, hi := i*n/t, (i+1)*n/t
+		sh := min(4*t, max(1, n/16)) // shares: see gemmFanOutN
+		gemmFanOutN(t, sh, func(i int) {
+			lo, hi := i*n/sh, (i+1)*n/sh
 			if transB {
 				// op(B)[:, j] is row j of b.
 				for j := lo; j < hi; j++ {
@@ -864,8 +875,9 @@ func gemmGemv(kern *gemmKernel, threads int, transA, transB bool, m, n, k int, a
 		}
 	}
 	t := min(threads, max(1, m*k/gemmMinWork))
-	gemmFanOut(t, func(i int) {
-		lo, hi := i*m/t, (i+1)*m/t
+	sh := min(4*t, max(1, m/16)) // shares: see gemmFanOutN
+	gemmFanOutN(t, sh, func(i int) {
+		lo, hi := i*m/sh, (i+1)*m/sh
 		if !transA {
 			for r := lo; r < hi; r++ {
 				y[r] = kern.dot(a[r*lda:r*lda+k], v)

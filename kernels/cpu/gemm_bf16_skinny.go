@@ -114,8 +114,9 @@ func gemmBF16Skinny(im *gemmBF16Impl, threads int, transA, transB bool, m, n, k 
 // goroutines splitting the columns.
 func gemmSkinnyRun(im *gemmBF16Impl, threads int, x []float32, ldx, mm int, w gemmSrc, ldw int, dot bool, nw, k int, alpha, beta float32, c []float32, ci, cj int) {
 	t := min(threads, max(1, mm*nw*k/gemmMinWork), max(1, nw/16))
-	gemmFanOut(t, func(g int) {
-		lo, hi := gemmSkinnyAlign(g, t, nw)
+	n := min(4*t, max(1, nw/16)) // shares: see gemmFanOutN
+	gemmFanOutN(t, n, func(g int) {
+		lo, hi := gemmSkinnyAlign(g, n, nw)
 		s := gemmPool.Get().(*gemmScratch)
 		defer gemmPool.Put(s)
 		width := hi - lo

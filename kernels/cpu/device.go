@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -259,21 +258,14 @@ func (d *Device) parallelFor(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
 	per := (n + chunks - 1) / chunks
-	for lo := 0; lo < n; lo += per {
-		hi := min(lo+per, n)
-		if hi == n {
-			fn(lo, hi)
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	chunks = (n + per - 1) / per
+	// The GEMM's polling workers run the chunks (gemmFanOutN): a worker
+	// that has just finished a GEMM is still polling and starts at once,
+	// where a new goroutine would wait for a parked thread to wake.
+	gemmFanOutN(chunks, chunks, func(i int) {
+		fn(i*per, min((i+1)*per, n))
+	})
 }
 
 // NativeBF16 reports whether this device computes bf16 products natively

@@ -451,13 +451,14 @@ var (
 // while the other runs elsewhere: the caller while all its workers have
 // started, a worker unless the caller blocked (its wake-up may be queued
 // on the worker's processor). A polling worker holds its processor, which
-// delays other goroutines started meanwhile (say, the next kernel's
-// parallelFor); its poll is therefore short, enough for back-to-back GEMMs
-// (MatmulBackward's two, a benchmark loop). Polls are skipped when
-// GOMAXPROCS is 1.
+// delays other goroutines started meanwhile; the kernels' own parallel
+// loops (Device.parallelFor, gemmFanOut) hand their shares to these same
+// workers, so the poll covers the gap between two kernels of a layer: 100
+// µs (20 µs made opt-125m decoding 11% and a 512x768x768 bf16 GEMM on two
+// threads 9% slower). Polls are skipped when GOMAXPROCS is 1.
 var (
 	gemmSpin       = 50 * time.Microsecond
-	gemmWorkerSpin = 20 * time.Microsecond
+	gemmWorkerSpin = 100 * time.Microsecond
 )
 
 // gemmSpinWhile polls cond until it is false or spin has passed.

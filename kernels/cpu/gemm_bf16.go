@@ -331,7 +331,7 @@ func gemmTileBIndex(p, j int) int {
 // threads split C as gemmBiasBlocked does.
 func gemmTileBiasBlocked(kern *gemmTileKernel, threads int, transA, transB bool, m, n, k int, alpha float32, a gemmSrc, lda int, b gemmSrc, ldb int, beta float32, bias, c []float32, ldc int) {
 	mt, nt := (m+gemmTileMR-1)/gemmTileMR, (n+gemmTileNR-1)/gemmTileNR
-	t, byRows := gemmSplit(threads, mt, nt, m, n, k)
+	t, byRows := gemmTileSplit(threads, mt, nt, m, n, k)
 	if byRows {
 		gemmFanOut(t, func(i int) {
 			lo, hi := i*mt/t*gemmTileMR, min((i+1)*mt/t*gemmTileMR, m)
@@ -453,4 +453,18 @@ func (j *gemmTileJob) compute(s *gemmScratch, first, end int) {
 			}
 		}
 	}
+}
+
+// gemmTileSplit is gemmSplit for the tile kernels, which split by rows
+// also when both ways give the goroutines equal tiles and B is at most
+// twice A's rows: each goroutine then packs all of B for itself, which
+// costs less than sharing the A panels between cores (512x768x768 and
+// 512x768x3072 bf16 on two threads: 20-24% faster by rows; 512x3072x768,
+// whose B is six times A, 8% slower).
+func gemmTileSplit(threads, mt, nt, m, n, k int) (t int, byRows bool) {
+	t, byRows = gemmSplit(threads, mt, nt, m, n, k)
+	if !byRows && t > 1 && mt*((nt+t-1)/t) == (mt+t-1)/t*nt && n <= 2*m {
+		return min(t, mt), true
+	}
+	return t, byRows
 }

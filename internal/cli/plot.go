@@ -28,7 +28,9 @@ func newPlotCmd(g *Globals, runF func(*PlotOptions) error) *cobra.Command {
 		Long: `Draw metric --key of several runs (their metrics.jsonl, each named NAME=PATH)
 against the step in one PNG, and print the values every --every steps with the
 largest gap between each run and the first, compared on running means over
---window steps (per-step losses are noisy).`,
+--window steps (per-step losses are noisy): relative to the first run's
+value at that step, and absolute (with its share of the first run's first
+running mean, the scale that stays meaningful as a loss goes to zero).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, a := range args {
@@ -105,17 +107,29 @@ func runPlot(o *PlotOptions) error {
 		}
 		fmt.Fprintln(w)
 	}
+	first := math.NaN() // the first run's first running mean: the scale of absolute gaps
+	for s := 1; s <= last; s++ {
+		if m, ok := mean[0][s]; ok {
+			first = m
+			break
+		}
+	}
 	for i := 1; i < len(o.runs); i++ {
-		worst, wstep := 0.0, 0
+		worst, wstep, worstAbs, astep := 0.0, 0, 0.0, 0
 		for s, m0 := range mean[0] {
 			if m, ok := mean[i][s]; ok {
 				if d := math.Abs(m-m0) / math.Max(math.Abs(m0), 1e-12); d > worst {
 					worst, wstep = d, s
 				}
+				if d := math.Abs(m - m0); d > worstAbs {
+					worstAbs, astep = d, s
+				}
 			}
 		}
 		fmt.Fprintf(w, "largest gap of %s vs %s (%d-step running means of %s): %.2f%% at step %d\n",
 			o.runs[i].Name, o.runs[0].Name, o.Window, o.Key, 100*worst, wstep)
+		fmt.Fprintf(w, "largest absolute gap: %.4g at step %d (%.2f%% of %s's first running mean, %.4g)\n",
+			worstAbs, astep, 100*worstAbs/math.Abs(first), o.runs[0].Name, first)
 	}
 	fmt.Fprintf(w, "plot: %s\n", o.Output)
 	return nil

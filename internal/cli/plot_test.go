@@ -35,7 +35,8 @@ func TestPlotCompare(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d: %s", code, errOut)
 	}
-	for _, want := range []string{"step", "fp32", "bf16", "10     ", "2.2000", "largest gap of bf16 vs fp32 (5-step running means of loss): 10.00% at step"} {
+	for _, want := range []string{"step", "fp32", "bf16", "10     ", "2.2000", "largest gap of bf16 vs fp32 (5-step running means of loss): 10.00% at step",
+		"largest absolute gap: 0.2 at step", "(10.00% of fp32's first running mean, 2)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -39,6 +39,7 @@ type BenchMatmulOptions struct {
 	Shape     string
 	Transpose string
 	DType     string
+	ABF16     bool
 	Repeats   int
 	JSON      bool
 	m, n, k   int
@@ -52,7 +53,8 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 		Long: "GEMM GFLOP/s: C[M,N] = op(A)[M,K]·op(B)[K,N] with C in fp32.\n\n" +
 			"--dtype fp32 multiplies fp32 operands. --dtype bf16 stores B in bf16, as a model weight is\n" +
 			"stored in bf16 mode, keeps A in fp32 (rounded to bf16 as it is read, like an activation)\n" +
-			"and accumulates in fp32, as PyTorch's bf16 matmul does.",
+			"and accumulates in fp32, as PyTorch's bf16 matmul does. --a-bf16 stores A in bf16 too,\n" +
+			"as torch.matmul on two bf16 tensors reads it (C stays fp32).",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			var err error
@@ -72,6 +74,9 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 			if opts.Repeats < 0 {
 				return usageErrorf("--repeats must be >= 0 (0: enough for about a second)")
 			}
+			if opts.ABF16 && opts.DType != "bf16" {
+				return usageErrorf("--a-bf16 needs --dtype bf16")
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -82,6 +87,7 @@ func newBenchMatmulCmd(g *Globals, runF func(*BenchMatmulOptions) error) *cobra.
 	f.StringVar(&opts.Shape, "shape", "512x768x768", "M x N x K")
 	f.StringVar(&opts.Transpose, "transpose", "nt", "nn, nt, tn or tt: whether A and B are stored transposed")
 	f.StringVar(&opts.DType, "dtype", "fp32", "fp32, or bf16: B stored in bf16, A in fp32 rounded as it is read, fp32 accumulation")
+	f.BoolVar(&opts.ABF16, "a-bf16", false, "with --dtype bf16: A stored in bf16 too")
 	f.IntVar(&opts.Repeats, "repeats", 0, "timed runs (0 = enough for about a second)")
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
 	return cmd
@@ -146,12 +152,23 @@ func runBenchMatmul(opts *BenchMatmulOptions) error {
 		for i, v := range b.(cpu.F32) {
 			bh[i] = cpu.ToBF16(v)
 		}
-		run = func() { dev.GemmBF16(ta, tb, m, n, k, 1, a, lda, bh, ldb, 0, c, n) }
+		av := a
+		if opts.ABF16 {
+			ah := make(cpu.BF16, m*k)
+			for i, v := range a.(cpu.F32) {
+				ah[i] = cpu.ToBF16(v)
+			}
+			av = ah
+		}
+		run = func() { dev.GemmBF16(ta, tb, m, n, k, 1, av, lda, bh, ldb, 0, c, n) }
 		name += ", bf16 " + dev.GemmBF16Kernel()
+		if opts.ABF16 {
+			name += ", A in bf16"
+		}
 	}
 	flops := 2 * float64(m) * float64(n) * float64(k)
 	med := medianSeconds(run, opts.Repeats)
-	res := map[string]any{"m": m, "n": n, "k": k, "transpose": opts.Transpose, "dtype": opts.DType, "threads": dev.Threads(), "gflops": round(flops/med/1e9, 2)}
+	res := map[string]any{"m": m, "n": n, "k": k, "transpose": opts.Transpose, "dtype": opts.DType, "a_bf16": opts.ABF16, "threads": dev.Threads(), "gflops": round(flops/med/1e9, 2)}
 	if opts.JSON {
 		return json.NewEncoder(opts.g.Out).Encode(res)
 	}

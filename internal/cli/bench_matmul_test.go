@@ -25,4 +25,11 @@ func TestBenchMatmulBF16(t *testing.T) {
 	if _, _, code := run(t, "bench", "matmul", "--dtype", "fp16"); code == 0 {
 		t.Error("--dtype fp16 accepted")
 	}
+	out, errOut, code = run(t, "bench", "matmul", "--shape", "40x33x20", "--transpose", "tn", "--dtype", "bf16", "--a-bf16", "--repeats", "2")
+	if code != 0 || !strings.Contains(out, "A in bf16") {
+		t.Fatalf("--a-bf16: code %d: %s%s", code, out, errOut)
+	}
+	if _, errOut, code := run(t, "bench", "matmul", "--a-bf16"); code != 2 || !strings.Contains(errOut, "--a-bf16 needs --dtype bf16") {
+		t.Errorf("--a-bf16 with fp32: code %d, %q", code, errOut)
+	}
 }

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/apache/arrow/go/v15 v15.0.2
+	github.com/ebitengine/purego v0.11.3
 	github.com/mattn/go-isatty v0.0.20
 	github.com/nlpodyssey/gopickle v0.3.0
 	github.com/rs/zerolog v1.35.1
@@ -25,7 +26,6 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/andybalholm/brotli v1.0.5 // indirect
 	github.com/apache/thrift v0.17.0 // indirect
-	github.com/ebitengine/purego v0.11.3 // indirect
 	github.com/emirpasic/gods v1.18.1 // indirect
 	github.com/goccy/go-json v0.10.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect

@@ -108,6 +108,7 @@ const (
 	scratchStrLen = 8192
 	scratchCounts = scratchStr + scratchStrLen
 	minChunkBytes = 64
+	maxChunkBytes = 1 << 30 // 256 Mi elements: MPI counts stay C ints
 	abortFallback = 10 * time.Second
 )
 

@@ -455,9 +455,14 @@ var (
 // loops (Device.parallelFor, gemmFanOut) hand their shares to these same
 // workers, so the poll covers the gap between two kernels of a layer: 100
 // µs (20 µs made opt-125m decoding 11% and a 512x768x768 bf16 GEMM on two
-// threads 9% slower). Polls are skipped when GOMAXPROCS is 1.
+// threads 9% slower). The caller polls up to 300 µs: a worker that started
+// late finishes its share after the caller, and a caller that blocked
+// meanwhile stops the worker's own poll, so the next call waits for a
+// parked thread (50 µs left the 2-thread 512x768x768 bf16 GEMM at 1.5-1.9
+// TFLOP/s from one batch of calls to the next, 300 µs at 1.8-2.0). Polls
+// are skipped when GOMAXPROCS is 1.
 var (
-	gemmSpin       = 50 * time.Microsecond
+	gemmSpin       = 300 * time.Microsecond
 	gemmWorkerSpin = 100 * time.Microsecond
 )
 

@@ -40,7 +40,9 @@
 // buffer are F32 (I32); only weight operands may be BF16: the weight and
 // bias of MatmulForward, the weight of MatmulBackward, the table of
 // EmbeddingForward, the weight and bias of LayerNormForward/Backward, the
-// bias of AddBias, Add's b, and A or B of Gemm. A matmul with a BF16 weight
+// bias of AddBias, Add's b, A or B of Gemm, and the parameters of
+// AdamWStepBF16 (whose fp32 master's low halves are an I32 buffer beside
+// them: raw bits, never converted). A matmul with a BF16 weight
 // (a Gemm with a BF16 operand) is a bf16 matmul: every product's inputs
 // are rounded to bf16 (round to nearest even; F32 operands are rounded as
 // they are read) and the products are accumulated in fp32 into an F32

@@ -88,3 +88,13 @@ func (gr *group) shareFlag(dev kernels.Device, b bool) (bool, error) {
 	dev.ReadF32(v, buf)
 	return v[0] != 0, nil
 }
+
+// singleRankOnly refuses a command that does not run data-parallel yet
+// when an MPI launcher started several ranks of it (every rank would run
+// the whole command and write the same files).
+func singleRankOnly(command string) error {
+	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
+		return usageErrorf("gochat %s does not run data-parallel yet (started by %s with %d ranks): run it without mpirun; gochat sft and gochat reward do", command, l.By, l.Size)
+	}
+	return nil
+}

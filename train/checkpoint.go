@@ -150,6 +150,12 @@ func (l *loop) checkpoint() error {
 	if l.cfg.Dir == "" {
 		return nil
 	}
+	if !l.writer {
+		// Rank 0 writes the checkpoint: at ZeRO stage 0 every rank holds
+		// the same parameters and optimizer state.
+		l.pos.LastCkpt = l.pos.Step
+		return nil
+	}
 	if err := l.metrics.Sync(); err != nil {
 		return fmt.Errorf("write metrics: %w", err)
 	}

@@ -18,6 +18,27 @@
 // which it derives its randomness (dropout, sampling), so a run resumed
 // from a checkpoint replays exactly the computation an uninterrupted run
 // would have done.
+//
+// # Data parallelism
+//
+// With a Config.Comm of N ranks (every rank calls Run or RunRounds with
+// the same Config but its Comm), the loop runs as DeepSpeed-Chat's
+// data-parallel engine at ZeRO stage 0: a round is GradAccum × N batches
+// of MicroBatch examples (the global batch), cut from the same seeded
+// order on every rank, and batch j of the run (counted from 0 over all
+// ranks) is computed by rank j mod N: each rank takes every N-th batch of
+// the single-process sequence, a disjoint slice of every global batch.
+// The batches, their seeds (k = j) and the round boundaries are exactly
+// those of one process with GradAccum × N batches per round, and so is
+// the update: the stage's gradient sums are all-reduced (summed) over
+// ranks before the optimizer divides by the round's batch count over all
+// ranks and clips by the global norm of the reduced gradients. Each batch
+// is weighted as in one process (the stage's loss is its mean over the
+// batch), so N ranks reproduce one process up to the summation order.
+// A short round at an epoch's end may leave a rank without a batch; it
+// contributes zeros. Round.Stats (loss, tokens, extras) are summed over
+// ranks before Update. Only rank 0 writes metrics, events, progress and
+// checkpoints; every rank reads a checkpoint on resume.
 package train
 
 import (
@@ -33,6 +54,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gochat-ai/gochat/dist"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/optim"
 )
@@ -128,7 +150,31 @@ type Config struct {
 	Events interface {
 		Scalars(step int, values map[string]float64) error
 	}
+	// Comm is the group of ranks training together (nil: this process
+	// alone). See "Data parallelism" in the package comment.
+	Comm dist.Comm
 }
+
+// ranks is the number of ranks training together.
+func (c *Config) ranks() int {
+	if c.Comm == nil {
+		return 1
+	}
+	return c.Comm.Size()
+}
+
+// rank is this process's rank.
+func (c *Config) rank() int {
+	if c.Comm == nil {
+		return 0
+	}
+	return c.Comm.Rank()
+}
+
+// RoundBatches is the number of batches of a full round over all ranks:
+// GradAccum × ranks (the global batch is MicroBatch × RoundBatches
+// examples).
+func (c *Config) RoundBatches() int { return c.GradAccum * c.ranks() }
 
 // batchesPerEpoch is the number of batches in one epoch.
 func (c *Config) batchesPerEpoch() int { return (c.TrainSize + c.MicroBatch - 1) / c.MicroBatch }
@@ -136,7 +182,7 @@ func (c *Config) batchesPerEpoch() int { return (c.TrainSize + c.MicroBatch - 1)
 // StepsPerEpoch is the number of rounds (optimizer steps in steps 1 and 2)
 // in one epoch; a round never spans two epochs.
 func (c *Config) StepsPerEpoch() int {
-	return (c.batchesPerEpoch() + c.GradAccum - 1) / c.GradAccum
+	return (c.batchesPerEpoch() + c.RoundBatches() - 1) / c.RoundBatches()
 }
 
 // TotalSteps is the number of rounds of the run (in steps 1 and 2 the
@@ -146,7 +192,7 @@ func (c *Config) StepsPerEpoch() int {
 func (c *Config) TotalSteps() int {
 	if c.MaxBatches > 0 {
 		bpe := c.batchesPerEpoch()
-		n := c.MaxBatches/bpe*c.StepsPerEpoch() + (c.MaxBatches%bpe+c.GradAccum-1)/c.GradAccum
+		n := c.MaxBatches/bpe*c.StepsPerEpoch() + (c.MaxBatches%bpe+c.RoundBatches()-1)/c.RoundBatches()
 		if c.MaxSteps > 0 {
 			n = min(n, c.MaxSteps)
 		}
@@ -161,7 +207,7 @@ func (c *Config) TotalSteps() int {
 // TotalBatches is the number of batches of the run.
 func (c *Config) TotalBatches() int {
 	rounds, spe, bpe := c.TotalSteps(), c.StepsPerEpoch(), c.batchesPerEpoch()
-	n := rounds/spe*bpe + min(rounds%spe*c.GradAccum, bpe)
+	n := rounds/spe*bpe + min(rounds%spe*c.RoundBatches(), bpe)
 	if c.MaxBatches > 0 {
 		n = min(n, c.MaxBatches)
 	}
@@ -226,7 +272,7 @@ func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Train
 		return nil, err
 	}
 	opt, err := NewOptimizer(dev, tr, OptimizerConfig{AdamW: cfg.AdamW, Schedule: cfg.Schedule, Warmup: cfg.Warmup,
-		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm})
+		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm, Comm: cfg.Comm})
 	if err != nil {
 		return nil, err
 	}
@@ -300,8 +346,15 @@ func RunRounds(ctx context.Context, dev kernels.Device, cfg Config, st RoundStag
 	if cfg.ProgressKey == "" {
 		cfg.ProgressKey = "loss"
 	}
-	l := &loop{ctx: ctx, dev: dev, cfg: cfg, st: st, res: &Result{}, start: time.Now()}
-	if cfg.Dir != "" {
+	l := &loop{ctx: ctx, dev: dev, cfg: cfg, st: st, res: &Result{}, start: time.Now(),
+		rank: cfg.rank(), ranks: cfg.ranks(), writer: cfg.rank() == 0}
+	if !l.writer {
+		// Only rank 0 writes: metrics, events, the progress bar and
+		// checkpoints.
+		cfg.Events, cfg.Progress = nil, nil
+		l.cfg = cfg
+	}
+	if cfg.Dir != "" && l.writer {
 		removePartialCheckpoints(cfg.Dir, cfg.Log)
 	}
 	if cfg.Resume {
@@ -314,7 +367,7 @@ func RunRounds(ctx context.Context, dev kernels.Device, cfg Config, st RoundStag
 		}
 		if ok {
 			l.pos = pos
-			if l.metrics, err = OpenMetrics(cfg.Dir, rows); err != nil {
+			if l.metrics, err = OpenMetrics(l.metricsDir(), rows); err != nil {
 				return nil, err
 			}
 			cfg.Log.Info().Int("step", pos.Step).Int("epoch", pos.Epoch).Msg("resumed from checkpoint")
@@ -322,7 +375,7 @@ func RunRounds(ctx context.Context, dev kernels.Device, cfg Config, st RoundStag
 	}
 	if l.metrics == nil {
 		var err error
-		if l.metrics, err = OpenMetrics(cfg.Dir, 0); err != nil {
+		if l.metrics, err = OpenMetrics(l.metricsDir(), 0); err != nil {
 			return nil, err
 		}
 	}
@@ -351,6 +404,18 @@ type loop struct {
 	res     *Result
 	start   time.Time
 	bar     *progress
+	// rank of ranks; writer: this rank writes metrics and checkpoints.
+	rank, ranks int
+	writer      bool
+}
+
+// metricsDir is where this rank writes metrics: cfg.Dir on rank 0,
+// nowhere on the others.
+func (l *loop) metricsDir() string {
+	if !l.writer {
+		return ""
+	}
+	return l.cfg.Dir
 }
 
 // order is the permutation of the training set in epoch e.
@@ -378,29 +443,39 @@ func (l *loop) run() (*Result, error) {
 		}
 		perm := l.order(l.pos.Epoch)
 		roundStart := time.Now()
-		// One round: up to GradAccum batches, never across an epoch end.
+		// One round: up to GradAccum × ranks batches, never across an epoch
+		// end; this rank computes every ranks-th of them.
 		r := Round{Step: l.pos.Step + 1, Epoch: l.pos.Epoch}
-		for k := 0; k < cfg.GradAccum && l.pos.Batch < batches && l.pos.MicroStep < totalBatches; k++ {
+		local := 0
+		for k := 0; k < cfg.RoundBatches() && l.pos.Batch < batches && l.pos.MicroStep < totalBatches; k++ {
 			if err := l.ctx.Err(); err != nil {
 				return nil, err
 			}
-			lo := l.pos.Batch * cfg.MicroBatch
-			idx := perm[lo:min(lo+cfg.MicroBatch, cfg.TrainSize)]
-			bs, err := l.st.Batch(l.ctx, idx, l.pos.MicroStep)
-			if err != nil {
-				return nil, l.fail(fmt.Errorf("step %d, batch %d of epoch %d: %w", l.pos.Step+1, l.pos.Batch, l.pos.Epoch, err))
-			}
 			r.Batches++
-			r.Stats.Loss += bs.Loss
-			r.Stats.Tokens += bs.Tokens
-			for k, v := range bs.Extra {
-				if r.Stats.Extra == nil {
-					r.Stats.Extra = map[string]float64{}
+			if k%l.ranks == l.rank {
+				lo := l.pos.Batch * cfg.MicroBatch
+				idx := perm[lo:min(lo+cfg.MicroBatch, cfg.TrainSize)]
+				bs, err := l.st.Batch(l.ctx, idx, l.pos.MicroStep)
+				if err != nil {
+					return nil, l.fail(fmt.Errorf("step %d, batch %d of epoch %d: %w", l.pos.Step+1, l.pos.Batch, l.pos.Epoch, err))
 				}
-				r.Stats.Extra[k] += v
+				local++
+				r.Stats.Loss += bs.Loss
+				r.Stats.Tokens += bs.Tokens
+				for k, v := range bs.Extra {
+					if r.Stats.Extra == nil {
+						r.Stats.Extra = map[string]float64{}
+					}
+					r.Stats.Extra[k] += v
+				}
 			}
 			l.pos.Batch++
 			l.pos.MicroStep++
+		}
+		if l.ranks > 1 {
+			if err := l.reduceStats(&r.Stats, local > 0); err != nil {
+				return nil, fmt.Errorf("step %d: %w", l.pos.Step+1, err)
+			}
 		}
 		batchEnd := time.Now()
 		l.res.BatchSeconds += batchEnd.Sub(roundStart).Seconds()
@@ -514,4 +589,56 @@ func microSeed(seed uint64, k int) uint64 {
 	x ^= x >> 33
 	x *= 0xFF51AFD7ED558CCD
 	return x ^ x>>33
+}
+
+// reduceStats sums a round's stats over the ranks (in fp32): loss and
+// tokens, then the extras by sorted name. A rank that computed no batch
+// in the round (had is false) has no extras and contributes zeros; rank 0
+// always has the round's first batch.
+func (l *loop) reduceStats(s *BatchStats, had bool) error {
+	keys := sortedKeys(s.Extra)
+	head := []float32{float32(s.Loss), float32(s.Tokens), 0, float32(len(keys))}
+	if had {
+		head[2] = 1
+	}
+	if err := l.allReduce(head); err != nil {
+		return err
+	}
+	s.Loss, s.Tokens = float64(head[0]), int(math.Round(float64(head[1])))
+	withBatches, nkeys := int(head[2]), int(head[3])
+	if nkeys == 0 {
+		return nil
+	}
+	if withBatches == 0 || nkeys%withBatches != 0 || (had && len(keys) != nkeys/withBatches) {
+		return fmt.Errorf("train: ranks report different batch metrics (%d names over %d ranks, %d here)", nkeys, withBatches, len(keys))
+	}
+	vals := make([]float32, nkeys/withBatches)
+	for i, k := range keys {
+		vals[i] = float32(s.Extra[k])
+	}
+	if err := l.allReduce(vals); err != nil {
+		return err
+	}
+	if !had {
+		return nil
+	}
+	for i, k := range keys {
+		s.Extra[k] = float64(vals[i])
+	}
+	return nil
+}
+
+// allReduce sums v over the ranks through a device buffer.
+func (l *loop) allReduce(v []float32) error {
+	buf, err := l.dev.Alloc(kernels.F32, len(v))
+	if err != nil {
+		return err
+	}
+	defer l.dev.Free(buf)
+	l.dev.WriteF32(buf, v)
+	if err := l.cfg.Comm.AllReduceSum(buf); err != nil {
+		return fmt.Errorf("reduce the batch metrics: %w", err)
+	}
+	l.dev.ReadF32(v, buf)
+	return nil
 }

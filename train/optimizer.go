@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gochat-ai/gochat/dist"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/optim"
 )
@@ -18,6 +19,9 @@ type OptimizerConfig struct {
 	Warmup, Total int
 	// ClipNorm clips the gradients to this global norm (0: no clipping).
 	ClipNorm float64
+	// Comm, when it has several ranks, sums the gradients over them in
+	// Step before the norm (ZeRO stage 0; nil: this process alone).
+	Comm dist.Comm
 }
 
 // Optimizer is the update every stage takes: AdamW over one model's
@@ -30,6 +34,7 @@ type Optimizer struct {
 	sched optim.Schedule
 	tr    Trainable
 	clip  float64
+	comm  dist.Comm
 }
 
 // Update is what one Optimizer.Step did.
@@ -48,22 +53,41 @@ func NewOptimizer(dev kernels.Device, tr Trainable, c OptimizerConfig) (*Optimiz
 	if err != nil {
 		return nil, err
 	}
-	o := &Optimizer{dev: dev, adam: adam, sched: sched, tr: tr, clip: c.ClipNorm}
+	o := &Optimizer{dev: dev, adam: adam, sched: sched, tr: tr, clip: c.ClipNorm, comm: c.Comm}
 	o.ZeroGrads()
 	return o, nil
 }
 
 // Step updates the parameters with the mean of the n gradient sums
 // accumulated since the last step, at the schedule's value for schedule
-// step s (0-based; a stage chooses what its schedule counts): Norm, then
-// Apply. A NaN or Inf gradient norm returns a *NonFiniteError and leaves
-// the parameters and the optimizer state untouched.
+// step s (0-based; a stage chooses what its schedule counts):
+// ReduceGrads, Norm, then Apply. With several ranks n counts the sums of
+// all of them. A NaN or Inf gradient norm returns a *NonFiniteError and
+// leaves the parameters and the optimizer state untouched.
 func (o *Optimizer) Step(s, n int) (Update, error) {
+	if err := o.ReduceGrads(); err != nil {
+		return Update{}, err
+	}
 	norm, err := o.Norm(n)
 	if err != nil {
 		return Update{GradNorm: norm}, err
 	}
 	return o.Apply(s, n, norm)
+}
+
+// ReduceGrads sums the gradients over the ranks of the Optimizer's Comm
+// (all-reduce; nothing on one rank). Every rank calls it once per step,
+// before Norm.
+func (o *Optimizer) ReduceGrads() error {
+	if o.comm == nil || o.comm.Size() == 1 {
+		return nil
+	}
+	for i, g := range o.tr.Grads {
+		if err := o.comm.AllReduceSum(g); err != nil {
+			return fmt.Errorf("all-reduce gradient %d of %d: %w", i, len(o.tr.Grads), err)
+		}
+	}
+	return nil
 }
 
 // Norm is the global norm of the mean of the n accumulated gradient sums,

@@ -227,6 +227,9 @@ func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 // runPPO loads step 3's models and data, runs ppo.Run and saves the
 // models.
 func runPPO(ctx context.Context, o *PPOOptions) error {
+	if err := singleRankOnly("ppo"); err != nil {
+		return err
+	}
 	log := o.g.Log
 	if _, err := os.Stat(filepath.Join(o.OutputDir, runFile)); err != nil && !o.Overwrite {
 		// A step-3 result without a run record (written by hand, or by an

@@ -71,7 +71,10 @@ type StageOptions struct {
 	Columns       data.ColumnMap
 	Revision      string `json:"revision,omitempty"`
 	DataRevision  string `json:"data_revision,omitempty"`
-	split         data.Split
+	// Ranks is the number of data-parallel ranks when more than one (it
+	// changes the global batch, so a run's fingerprint includes it).
+	Ranks int `json:"ranks,omitempty"`
+	split data.Split
 	// modelDir and tokDir are the local directories of Model and Tokenizer
 	// (Hub snapshots for Hub ids).
 	modelDir, tokDir string
@@ -281,11 +284,20 @@ func prepareRunDir(g *Globals, dir string, options any, resume, overwrite bool) 
 // writeFileAtomic writes b to path under a temporary name first.
 func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(path, b) }
 
-// runStage trains step 1 or 2 end to end.
-func runStage(ctx context.Context, o *StageOptions) error {
-	log := o.g.Log
+// runStage trains step 1 or 2 end to end, data-parallel over the ranks of
+// an MPI job when mpirun started it (rank 0 writes the output directory).
+func runStage(ctx context.Context, o *StageOptions) (err error) {
 	start := time.Now()
-	var err error
+	dev, err := newCPU(o.g)
+	if err != nil {
+		return err
+	}
+	ranks, err := joinRanks(o.g, dev)
+	if err != nil {
+		return err
+	}
+	defer func() { err = ranks.finish(err) }()
+	log := o.g.Log
 	// The pre-flight runs before the model is resolved when its
 	// architecture is known without downloading it (a directory, the
 	// Hugging Face cache, a built-in architecture), so that a run that
@@ -304,11 +316,15 @@ func runStage(ctx context.Context, o *StageOptions) error {
 			return err
 		}
 	}
-	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
-		return err
+	if n := ranks.comm.Size(); n > 1 {
+		o.Ranks = n
 	}
-	dev, err := newCPU(o.g)
-	if err != nil {
+	if ranks.writer() {
+		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
+			return err
+		}
+	}
+	if o.Resume, err = ranks.shareFlag(dev, o.Resume); err != nil {
 		return err
 	}
 	vh := "no"
@@ -361,11 +377,11 @@ func runStage(ctx context.Context, o *StageOptions) error {
 	cfg := train.Config{TrainSize: len(trainSet.Examples), MicroBatch: o.TrainBatch, GradAccum: o.GradAccum,
 		Epochs: o.Epochs, MaxSteps: o.MaxSteps, Schedule: o.Scheduler, Warmup: o.Warmup, ClipNorm: o.MaxGradNorm,
 		AdamW: optim.DefaultAdamW, EvalEvery: o.EvalInterval, SaveEvery: o.SaveInterval, Seed: o.Seed,
-		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log}
-	if o.g.LogFmt != "json" && isTerminal(o.g.Err) {
+		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm}
+	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		cfg.Progress = o.g.Err
 	}
-	if o.TensorBoard {
+	if o.TensorBoard && ranks.writer() {
 		tb, err := train.NewTensorBoard(filepath.Join(o.OutputDir, "tensorboard"))
 		if err != nil {
 			return err
@@ -374,10 +390,14 @@ func runStage(ctx context.Context, o *StageOptions) error {
 		cfg.Events = tb
 	}
 	log.Info().Int("train_examples", cfg.TrainSize).Int("eval_examples", len(evalSet.Examples)).
-		Int("steps", cfg.TotalSteps()).Int("params", m.NumParams()).Str("device", dev.Name()).Msgf("step %d", o.Step)
+		Int("steps", cfg.TotalSteps()).Int("params", m.NumParams()).Str("device", dev.Name()).
+		Int("ranks", ranks.comm.Size()).Int("global_batch", o.TrainBatch*cfg.RoundBatches()).Msgf("step %d", o.Step)
 	res, err := train.Run(ctx, dev, cfg, st, tr)
 	if err != nil {
 		return err
+	}
+	if !ranks.writer() {
+		return nil
 	}
 	if err := o.saveModel(m, lo); err != nil {
 		return err

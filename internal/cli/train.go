@@ -193,6 +193,9 @@ func (o *TrainOptions) setup(prepare bool) error {
 }
 
 func runTrain(o *TrainOptions) error {
+	if err := singleRankOnly("train"); err != nil {
+		return err
+	}
 	log := o.g.Log
 	start := time.Now()
 	// A recipe's generator (the demo's) makes its data and starting models

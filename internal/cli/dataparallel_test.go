@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gochat-ai/gochat/dist/mpi"
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/train"
+)
+
+// mpirunLauncher returns mpirun and the flags Open MPI needs here, or
+// skips the test without MPI (fails it under CI).
+func mpirunLauncher(t *testing.T) []string {
+	t.Helper()
+	path, err := exec.LookPath("mpirun")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI needs MPI for the multi-rank tests: no mpirun on PATH (%s)", mpi.InstallHint)
+		}
+		t.Skipf("MPI not installed: no mpirun on PATH (%s)", mpi.InstallHint)
+	}
+	out, _ := exec.Command(path, "--version").CombinedOutput()
+	if strings.Contains(string(out), "Open MPI") || strings.Contains(string(out), "OpenRTE") {
+		// As root Open MPI needs the first flag, with more ranks than cores
+		// the second, and without the third it pins each rank to one core.
+		return []string{path, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"}
+	}
+	return []string{path}
+}
+
+// buildGochat builds the gochat binary without cgo into a temporary
+// directory.
+func buildGochat(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "gochat")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/gochat-ai/gochat/cmd/gochat")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDataParallel: `mpirun -np 2 gochat sft` (and `gochat reward`) at
+// ZeRO stage 0, with --per-device-train-batch-size 5 and
+// --gradient-accumulation-steps 2 (global batch 20 of the 24 examples:
+// every epoch ends with a short round of one batch, which leaves rank 1
+// without one, and a short batch), saves the weights of one process with
+// --gradient-accumulation-steps 4 and the same seed (dropout on), fp32:
+// every weight w within 1e-5 of the one-process value relative to
+// max(|w|, RMS of the weights) — the ranks' gradient sums add the same
+// terms in another order. Its metrics (loss, grad_norm before clipping,
+// lr, accuracy...) match within 1e-5 too, which a wrong gradient scale
+// would break even where AdamW hides it; only rank 0 writes them. Without
+// MPI it skips, except in CI.
+func TestDataParallel(t *testing.T) {
+	launcher := mpirunLauncher(t)
+	if testing.Short() {
+		t.Skip("builds gochat and runs mpirun")
+	}
+	bin := buildGochat(t)
+	t.Run("sft", func(t *testing.T) { testDataParallel(t, launcher, bin, "sft", tinyModel(t), "1,0,0", "3e-3") })
+	// At 3e-3 the reward run's largest difference was 2.2e-5 (3 of 1.6M
+	// weights over 1e-5): AdamW turns the rounding of a gradient sum whose
+	// terms nearly cancel into a visible change of that weight's update,
+	// in proportion to the learning rate. Hence 1e-3.
+	t.Run("reward", func(t *testing.T) { testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3") })
+}
+
+func testDataParallel(t *testing.T, launcher []string, bin, command, mdir, split, lr string) {
+	out := t.TempDir()
+	args := func(dir string, accum int) []string {
+		return []string{"--log-format", "json", "--threads", "1", command, "--model", mdir, "--data", sample(),
+			"--data-split", split, "--max-seq-len", "48", "--per-device-train-batch-size", "5",
+			"--gradient-accumulation-steps", fmt.Sprint(accum), "--learning-rate", lr, "--num-train-epochs", "2",
+			"--max-grad-norm", "0.5", "--seed", "7", "--dtype", "fp32", "--output-dir", dir, "--data-cache", "off"}
+	}
+	exe := func(name string, argv ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, b.String())
+		}
+		return b.String()
+	}
+	oneDir, dpDir := filepath.Join(out, "one"), filepath.Join(out, "dp")
+	exe("one process", append([]string{bin}, args(oneDir, 4)...)...)
+	log := exe("mpirun -np 2", append(append(launcher, "-np", "2", bin), args(dpDir, 2)...)...)
+	if !strings.Contains(log, `"ranks":2`) || !strings.Contains(log, `"global_batch":20`) {
+		t.Errorf("the run did not report 2 ranks and a global batch of 20:\n%s", log)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"rank":1`) {
+			t.Errorf("rank 1 logged: %s", line)
+		}
+	}
+
+	one, dp := savedParams(t, oneDir), savedParams(t, dpDir)
+	if len(one) != len(dp) {
+		t.Fatalf("%d parameters vs %d", len(dp), len(one))
+	}
+	var scale float64 // the parameters' RMS: the floor of the relative error
+	for _, v := range one {
+		scale += float64(v) * float64(v)
+	}
+	scale = math.Sqrt(scale / float64(len(one)))
+	worst, at := 0.0, 0
+	for i := range one {
+		if e := math.Abs(float64(dp[i])-float64(one[i])) / math.Max(math.Abs(float64(one[i])), scale); e > worst {
+			worst, at = e, i
+		}
+	}
+	over := [3]int{}
+	for i := range one {
+		e := math.Abs(float64(dp[i])-float64(one[i])) / math.Max(math.Abs(float64(one[i])), scale)
+		for j, tol := range []float64{1e-7, 1e-6, 1e-5} {
+			if e > tol {
+				over[j]++
+			}
+		}
+	}
+	t.Logf("largest relative difference %.3g (parameter %d: %v vs %v); over 1e-7, 1e-6, 1e-5: %v of %d; rms %g", worst, at, dp[at], one[at], over, len(one), scale)
+	if worst > 1e-5 {
+		t.Errorf("2 ranks vs 1 process: parameter %d is %v vs %v (relative %.3g > 1e-5)", at, dp[at], one[at], worst)
+	}
+	// The initial weights moved: the comparison is not vacuous.
+	init := savedParams(t, mdir)
+	moved := 0.0
+	for i := range init {
+		moved = math.Max(moved, math.Abs(float64(one[i]-init[i])))
+	}
+	if moved < 1e-3 {
+		t.Errorf("training moved the weights by %g only", moved)
+	}
+
+	mo, md := metrics(t, oneDir), metrics(t, dpDir)
+	if len(mo) != len(md) || len(mo) < 2 {
+		t.Fatalf("metrics: %d records on 2 ranks, %d in one process; want the same, at least 2", len(md), len(mo))
+	}
+	for i := range mo {
+		if len(md[i]) != len(mo[i]) {
+			t.Errorf("metrics record %d: %v on 2 ranks, %v in one process", i, md[i], mo[i])
+		}
+		for k := range mo[i] {
+			if k == "tokens_per_sec" {
+				continue
+			}
+			if a, b := md[i][k], mo[i][k]; math.Abs(a-b) > 1e-5*math.Max(math.Abs(b), 1) {
+				t.Errorf("metrics record %d: %s %v on 2 ranks, %v in one process", i, k, a, b)
+			}
+		}
+	}
+	for _, f := range []string{"model.safetensors", train.CheckpointDir + "/state.json", "loss.png"} {
+		if _, err := os.Stat(filepath.Join(dpDir, f)); err != nil {
+			t.Errorf("2-rank output: %v", err)
+		}
+	}
+}
+
+// savedParams reads the flat parameters of the model saved in dir.
+func savedParams(t *testing.T, dir string) []float32 {
+	t.Helper()
+	dev, _ := cpu.New(cpu.Options{Threads: 1})
+	m, err := model.Load(dev, dir, model.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := make([]float32, m.NumParams())
+	dev.ReadF32(flat, m.Params.Flat)
+	return flat
+}

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gochat-ai/gochat/dist"
+	"github.com/gochat-ai/gochat/dist/mpi"
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// group is the set of ranks a training command runs on: this process alone
+// outside an MPI launcher, every rank of the job under mpirun -np N.
+type group struct {
+	comm dist.Comm
+	log  zerolog.Logger // the rank's logger (see joinRanks)
+}
+
+// joinRanks constructs the communicator this process was launched into
+// (mpi.FromEnv: dist.Single outside mpirun, so single-process runs do not
+// load MPI). On ranks other than 0 it narrows g.Log to warnings and errors
+// tagged with the rank: rank 0 reports the run.
+func joinRanks(g *Globals, dev kernels.Device) (*group, error) {
+	c, err := mpi.FromEnv(dev)
+	if err != nil {
+		return nil, err
+	}
+	if c.Size() > 1 && c.Rank() != 0 {
+		lvl := g.Log.GetLevel()
+		if lvl < zerolog.WarnLevel {
+			lvl = zerolog.WarnLevel
+		}
+		g.Log = g.Log.Level(lvl).With().Int("rank", c.Rank()).Logger()
+	}
+	return &group{comm: c, log: g.Log}, nil
+}
+
+// writer reports whether this rank writes the run's files (rank 0).
+func (gr *group) writer() bool { return gr.comm.Rank() == 0 }
+
+// finish ends the group after the command returned err: it finalizes MPI
+// after a success; after an error on several ranks it logs the error with
+// the rank and aborts the whole job (MPI_Abort, exit code of the error),
+// so that no rank waits forever in a collective this one will not join.
+func (gr *group) finish(err error) error {
+	cl, ok := gr.comm.(io.Closer)
+	if !ok {
+		return err
+	}
+	if err != nil && gr.comm.Size() > 1 {
+		code := exitError
+		var ue usageError
+		if errors.As(err, &ue) {
+			code = exitUsage
+		}
+		gr.log.Error().Int("rank", gr.comm.Rank()).Err(err).Msg("rank failed; aborting the job")
+		if a, ok := gr.comm.(interface{ Abort(int) }); ok {
+			a.Abort(code)
+		}
+	}
+	if cerr := cl.Close(); cerr != nil && err == nil {
+		return fmt.Errorf("finalize MPI: %w", cerr)
+	}
+	return err
+}
+
+// shareFlag makes every rank agree on rank 0's value of b.
+func (gr *group) shareFlag(dev kernels.Device, b bool) (bool, error) {
+	if gr.comm.Size() == 1 {
+		return b, nil
+	}
+	buf, err := dev.Alloc(kernels.F32, 1)
+	if err != nil {
+		return false, err
+	}
+	defer dev.Free(buf)
+	v := []float32{0}
+	if b {
+		v[0] = 1
+	}
+	dev.WriteF32(buf, v)
+	if err := gr.comm.Broadcast(buf, 0); err != nil {
+		return false, err
+	}
+	dev.ReadF32(v, buf)
+	return v[0] != 0, nil
+}
+
+// singleRankOnly refuses a command that does not run data-parallel yet
+// when an MPI launcher started several ranks of it (every rank would run
+// the whole command and write the same files).
+func singleRankOnly(command string) error {
+	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
+		return usageErrorf("gochat %s does not run data-parallel yet (started by %s with %d ranks): run it without mpirun; gochat sft and gochat reward do", command, l.By, l.Size)
+	}
+	return nil
+}

@@ -79,7 +79,9 @@ func TestDataParallel(t *testing.T) {
 	// weights over 1e-5): AdamW turns the rounding of a gradient sum whose
 	// terms nearly cancel into a visible change of that weight's update,
 	// in proportion to the learning rate. Hence 1e-3.
-	t.Run("reward", func(t *testing.T) { testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3", 2, 2) })
+	t.Run("reward", func(t *testing.T) {
+		testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3", 2, 2)
+	})
 }
 
 // testDataParallel compares ranks ranks with accum accumulation steps

@@ -239,21 +239,9 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		}
 	}
 	var err error
-	// As in runStage: the pre-flight before anything is downloaded when
-	// the three architectures are known without it.
-	early := plannable(o.g, o.Revision, [2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward})
-	if early {
-		if err := o.preflight(); err != nil {
-			return err
-		}
-	}
-	if err := o.resolveModels(); err != nil {
+	if err := resolveAndPreflight(o.g, o.Revision, o.resolveModels, o.preflight,
+		[2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward}); err != nil {
 		return err
-	}
-	if !early {
-		if err := o.preflight(); err != nil {
-			return err
-		}
 	}
 	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 		return err

@@ -62,15 +62,31 @@ func modelConfig(g *Globals, flag, name, revision string) (*model.Config, error)
 	return c, nil
 }
 
-// plannable reports whether modelConfig finds every named model's
-// architecture (flag, name pairs) without downloading anything.
-func plannable(g *Globals, revision string, models ...[2]string) bool {
+// resolveAndPreflight resolves a step's models (resolve) and runs its
+// memory pre-flight (preflight): before resolving when modelConfig finds
+// every named model's architecture (flag, name pairs) without downloading
+// anything — a directory, the Hugging Face cache, a built-in architecture
+// — so that a run that cannot fit downloads nothing; otherwise after.
+func resolveAndPreflight(g *Globals, revision string, resolve, preflight func() error, models ...[2]string) error {
+	early := true
 	for _, m := range models {
 		if _, err := modelConfig(g, m[0], m[1], revision); err != nil {
-			return false
+			early = false
+			break
 		}
 	}
-	return true
+	if early {
+		if err := preflight(); err != nil {
+			return err
+		}
+	}
+	if err := resolve(); err != nil {
+		return err
+	}
+	if early {
+		return nil
+	}
+	return preflight()
 }
 
 // planDType is the parameters' type a step will use for --dtype (auto

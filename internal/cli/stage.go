@@ -298,23 +298,12 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	}
 	defer func() { err = ranks.finish(err) }()
 	log := o.g.Log
-	// The pre-flight runs before the model is resolved when its
-	// architecture is known without downloading it (a directory, the
-	// Hugging Face cache, a built-in architecture), so that a run that
-	// cannot fit downloads nothing; otherwise after.
-	early := plannable(o.g, o.Revision, [2]string{"--model", o.Model})
-	if early {
-		if err := o.preflight(); err != nil {
-			return err
-		}
-	}
-	if o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision); err != nil {
+	resolve := func() (err error) {
+		o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision)
 		return err
 	}
-	if !early {
-		if err := o.preflight(); err != nil {
-			return err
-		}
+	if err := resolveAndPreflight(o.g, o.Revision, resolve, o.preflight, [2]string{"--model", o.Model}); err != nil {
+		return err
 	}
 	if n := ranks.comm.Size(); n > 1 {
 		o.Ranks = n

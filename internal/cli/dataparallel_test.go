@@ -150,14 +150,12 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 	}
 	scale = math.Sqrt(scale / float64(len(one)))
 	worst, at := 0.0, 0
-	for i := range one {
-		if e := math.Abs(float64(dp[i])-float64(one[i])) / math.Max(math.Abs(float64(one[i])), scale); e > worst {
-			worst, at = e, i
-		}
-	}
 	over := [3]int{}
 	for i := range one {
 		e := math.Abs(float64(dp[i])-float64(one[i])) / math.Max(math.Abs(float64(one[i])), scale)
+		if e > worst {
+			worst, at = e, i
+		}
 		for j, tol := range []float64{1e-7, 1e-6, 1e-5} {
 			if e > tol {
 				over[j]++

@@ -82,18 +82,23 @@ type stepEstimate struct {
 
 func (o *EstimateOptions) stage(so *StageOptions) error {
 	in, err := so.planInput()
-	if err != nil {
-		return err
-	}
-	est, err := in.Estimate()
-	if err != nil {
-		return usageError{err}
-	}
-	return o.print([]stepEstimate{{What: stepName(so.Step), Estimate: est}}, []func(int64) []plan.Change{in.Fit})
+	return o.one(stepName(so.Step), in, err)
 }
 
 func (o *EstimateOptions) ppo(po *PPOOptions) error {
 	in, err := po.planInput()
+	return o.one(stepName(3), in, err)
+}
+
+// planned is a step's planner input: plan.Stage or plan.PPO.
+type planned interface {
+	Estimate() (*plan.Estimate, error)
+	Fit(budget int64) []plan.Change
+}
+
+// one prints the estimate of one step from its planner input (or the
+// error that made it).
+func (o *EstimateOptions) one(what string, in planned, err error) error {
 	if err != nil {
 		return err
 	}
@@ -101,7 +106,7 @@ func (o *EstimateOptions) ppo(po *PPOOptions) error {
 	if err != nil {
 		return usageError{err}
 	}
-	return o.print([]stepEstimate{{What: stepName(3), Estimate: est}}, []func(int64) []plan.Change{in.Fit})
+	return o.print([]stepEstimate{{What: what, Estimate: est}}, []func(int64) []plan.Change{in.Fit})
 }
 
 func (o *EstimateOptions) train(to *TrainOptions) error {

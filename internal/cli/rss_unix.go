@@ -46,7 +46,6 @@ func peakRSS() int64 {
 // machine's memory as it is (its pre-flight reads MemAvailable) and logs
 // its own peak, not an earlier step's.
 func releaseMemory() {
-	runtime.GC()
-	debug.FreeOSMemory()
+	debug.FreeOSMemory()                                      // collects first
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // resets VmHWM; absent elsewhere
 }

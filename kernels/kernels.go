@@ -122,3 +122,14 @@ func byteSize(b int64) string {
 	}
 	return fmt.Sprintf("%.2f %s", v, unit)
 }
+
+// Decommitter is an optional Device capability for memory that is used in
+// turns (ZeRO-3 parameters gathered for one layer at a time, ZeRO-2
+// gradients kept only in a rank's shard): Decommit zeroes b, a view of a
+// live buffer, and returns the memory of the whole pages inside it to the
+// system. The buffer stays allocated; a later write commits its pages
+// again, and reads before that see zeros. Without the capability, callers
+// zero the view and the memory stays committed.
+type Decommitter interface {
+	Decommit(b Buffer)
+}

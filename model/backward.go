@@ -56,6 +56,9 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 		gr = &Params{VHead: gr.VHead, Layers: make([]LayerParams, c.NumLayers)}
 	}
 
+	if err := m.acquire(-1); err != nil {
+		return err
+	}
 	// Head, reversed: value head and lm_head into dy.
 	d.Zero(a.dy)
 	if g.DLosses != nil {
@@ -96,15 +99,21 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	}
 
 	for l := c.NumLayers - 1; l >= 0; l-- {
+		if err := m.acquire(l); err != nil {
+			return err
+		}
 		if a.opts.Checkpoint {
 			m.layerForward(a, l) // recompute this layer's activations
 		}
 		m.layerBackward(a, &gr.Layers[l], l)
+		if err := m.release(l, true); err != nil {
+			return err
+		}
 	}
 
 	// Embeddings, reversed.
 	if m.FreezeBase {
-		return nil
+		return m.release(-1, true)
 	}
 	d.EmbeddingBackward(gr.EmbedPos, a.dA, a.pos, N, H)
 	if c.HasProjections() {
@@ -113,7 +122,7 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	} else {
 		d.EmbeddingBackward(gr.EmbedToks, a.dA, a.ids, N, P)
 	}
-	return nil
+	return m.release(-1, true)
 }
 
 // layerBackward is layerForward reversed, accumulating into gw. On entry a.dA

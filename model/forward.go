@@ -126,6 +126,9 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 			return err
 		}
 	}
+	if err := m.acquire(-1); err != nil {
+		return err
+	}
 
 	// Embeddings: tokens (projected to H when P != H) plus positions.
 	d.EmbeddingForward(a.emb, a.ids, p.EmbedToks, N, P)
@@ -136,7 +139,13 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 	d.Add(a.resid[0], a.embIn, a.posEmb, N*H)
 
 	for l := range c.NumLayers {
+		if err := m.acquire(l); err != nil {
+			return err
+		}
 		m.layerForward(a, l)
+		if err := m.release(l, false); err != nil {
+			return err
+		}
 	}
 
 	// Head: final LayerNorm, project_out, lm_head, loss, value head.
@@ -158,7 +167,35 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 	if p.VHead != nil {
 		d.MatmulForward(a.values, a.y, p.VHead, nil, N, P, 1)
 	}
+	return m.release(-1, false)
+}
+
+// acquire and release call the ParamHook, if any.
+func (m *Model) acquire(part int) error {
+	if m.Hook == nil {
+		return nil
+	}
+	if err := m.Hook.Acquire(part); err != nil {
+		return fmt.Errorf("model: weights of %s: %w", partName(part), err)
+	}
 	return nil
+}
+
+func (m *Model) release(part int, backward bool) error {
+	if m.Hook == nil {
+		return nil
+	}
+	if err := m.Hook.Release(part, backward); err != nil {
+		return fmt.Errorf("model: release of %s: %w", partName(part), err)
+	}
+	return nil
+}
+
+func partName(part int) string {
+	if part < 0 {
+		return "the embeddings and heads"
+	}
+	return fmt.Sprintf("layer %d", part)
 }
 
 // dropoutSeed derives the seed of one dropout site.

@@ -10,6 +10,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -50,10 +51,52 @@ type Model struct {
 	// that no base gradients are allocated; clearing it later needs
 	// AllocGrads again (Backward says so).
 	FreezeBase bool
+	// Hook, when set, is told before a pass reads a part of the weights and
+	// after it is done with it (ParamHook); nil means every weight is
+	// always present.
+	Hook ParamHook
 
 	opts    Options
 	specs   []paramSpec
 	adapter Adapter
+}
+
+// ParamHook lets a caller keep weights in memory only while a pass reads
+// them and act on gradients as soon as they are complete: ZeRO-3 gathers a
+// layer's parameters from their shards just before it runs and releases
+// them after; ZeRO-2 reduce-scatters a layer's gradients as soon as its
+// backward is done. Part l ≥ 0 is decoder layer l (LayerRange); part −1
+// is every weight outside the layers (embeddings, projections, the final
+// LayerNorm, lm_head, the value head).
+//
+// Forward calls Acquire(−1), then Acquire(l) and Release(l, false) around
+// each layer, then Release(−1, false). Backward does the same in reverse
+// with backward = true: after Release(p, true) part p's gradients hold
+// everything this pass adds to them. Every pass makes the same calls in
+// the same order, whatever the batch, so ranks that shard weights call
+// their collectives in step. Decode (and so Generate) calls no hook: a
+// caller acquires every part first. An error from the hook ends the pass
+// with it.
+type ParamHook interface {
+	Acquire(part int) error
+	Release(part int, backward bool) error
+}
+
+// LayerRange is where decoder layer l's weights lie in Params.Flat (and its
+// gradients in Grads.Flat): n elements from off. The layers are
+// consecutive; everything else is before the first or after the last.
+func (m *Model) LayerRange(l int) (off, n int) {
+	lo, hi := -1, -1
+	prefix := fmt.Sprintf("layers.%d.", l)
+	for _, s := range m.specs {
+		if strings.HasPrefix(s.name, prefix) {
+			if lo < 0 {
+				lo = s.offset
+			}
+			hi = s.offset + s.size()
+		}
+	}
+	return lo, hi - lo
 }
 
 // New returns a model with zeroed weights on dev.

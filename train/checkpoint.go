@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -22,15 +24,38 @@ import (
 const CheckpointDir = "checkpoint"
 
 // Checkpoint files inside CheckpointDir: the buffers (float32 tensors named
-// as given to SaveState) and a JSON record.
+// as given to SaveState) and a JSON record. Under ZeRO 1-3 each rank also
+// writes the ranges of the state it owns into state-rank-R.safetensors.
 const (
 	stateTensors = "state.safetensors"
 	stateRecord  = "state.json"
+	rankTensors  = "state-rank-%d.safetensors"
 )
 
 // ckptFormat is the version of state.json; checkpoints of another
-// version are refused with a message.
-const ckptFormat = 2
+// version are refused with a message. Format 3 names optimizer state by
+// range (RangeName).
+const ckptFormat = 3
+
+// RangeName names the range of the logical tensor name that starts at
+// element off: "name@off". A checkpoint may hold a tensor in any number of
+// ranges; LoadState assembles a requested range from whichever saved
+// ranges cover it, so state saved on N ranks (or at another ZeRO stage)
+// loads on M.
+func RangeName(name string, off int) string { return fmt.Sprintf("%s@%d", name, off) }
+
+// parseRange splits a RangeName; ok is false for a plain name.
+func parseRange(s string) (name string, off int, ok bool) {
+	i := strings.LastIndexByte(s, '@')
+	if i < 0 {
+		return s, 0, false
+	}
+	off, err := strconv.Atoi(s[i+1:])
+	if err != nil || off < 0 {
+		return s, 0, false
+	}
+	return s[:i], off, true
+}
 
 // state.json of a training-loop checkpoint.
 type ckptState struct {
@@ -40,6 +65,7 @@ type ckptState struct {
 	Seed        uint64          `json:"seed"`
 	MetricsRows int             `json:"metrics_rows"`
 	Buffers     []string        `json:"buffers"`
+	Ranks       int             `json:"ranks,omitempty"` // ranks that wrote state-rank-R files (ZeRO 1-3)
 	Stage       json.RawMessage `json:"stage,omitempty"`
 }
 
@@ -52,12 +78,19 @@ type ckptState struct {
 // stored as F32 tensors: BF16 ones widened (exact), I32 ones bit for bit
 // (their int32 bits as float32 bits; LoadState reverses both).
 func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, record any) error {
-	final := filepath.Join(dir, CheckpointDir)
 	tmp, err := os.MkdirTemp(dir, ".checkpoint-*")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	if err := writeTensors(dev, filepath.Join(tmp, stateTensors), bufs); err != nil {
+		return err
+	}
+	return commitState(dir, tmp, record)
+}
+
+// writeTensors streams bufs into a safetensors file at path.
+func writeTensors(dev kernels.Device, path string, bufs map[string]kernels.Buffer) error {
 	var ts []tensor.WriteTensor
 	for _, name := range sortedKeys(bufs) {
 		b := bufs[name]
@@ -73,9 +106,13 @@ func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, r
 		}
 		ts = append(ts, tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()}, Read: read})
 	}
-	if err := tensor.WriteSafetensors(filepath.Join(tmp, stateTensors), ts, map[string]string{"format": "gochat-checkpoint"}); err != nil {
-		return err
-	}
+	return tensor.WriteSafetensors(path, ts, map[string]string{"format": "gochat-checkpoint"})
+}
+
+// commitState writes record into the complete temporary checkpoint tmp
+// and puts tmp in place of dir's checkpoint by renames.
+func commitState(dir, tmp string, record any) error {
+	final := filepath.Join(dir, CheckpointDir)
 	b, err := json.MarshalIndent(record, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
@@ -111,36 +148,123 @@ func ReadRecord(dir string, record any) error {
 }
 
 // LoadState restores the named device buffers from the checkpoint in dir;
-// each must be present with its exact size.
+// each must be present with its exact size. A buffer named by RangeName is
+// assembled from the saved ranges of its tensor that cover it, in any of
+// the checkpoint's files.
 func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) error {
 	cdir := checkpointPath(dir)
-	ck, err := tensor.Open(filepath.Join(cdir, stateTensors))
-	if err != nil {
-		return err
+	files, _ := filepath.Glob(filepath.Join(cdir, "state*.safetensors"))
+	sort.Strings(files)
+	var cks []*tensor.Checkpoint
+	defer func() {
+		for _, ck := range cks {
+			ck.Close()
+		}
+	}()
+	type saved struct {
+		ck       *tensor.Checkpoint
+		name     string
+		off, len int
 	}
-	defer ck.Close()
-	for _, name := range sortedKeys(bufs) {
-		b := bufs[name]
-		info, ok := ck.Info(name)
-		if !ok {
-			return fmt.Errorf("checkpoint %s: tensor %q is missing", cdir, name)
-		}
-		if info.Numel() != b.Len() {
-			return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", cdir, name, info.Numel(), b.Len())
-		}
-		h := make([]float32, b.Len())
-		if err := ck.ReadF32(name, h); err != nil {
+	plain := map[string]saved{}
+	ranges := map[string][]saved{}
+	for _, f := range files {
+		ck, err := tensor.Open(f)
+		if err != nil {
 			return err
 		}
+		cks = append(cks, ck)
+		for _, name := range ck.Names() {
+			info, _ := ck.Info(name)
+			s := saved{ck: ck, name: name, len: info.Numel()}
+			// A whole tensor is also its range from 0, so a range of it
+			// loads from a plain tensor and the reverse.
+			base, off, ok := parseRange(name)
+			if !ok {
+				plain[name] = s
+			}
+			s.off = off
+			ranges[base] = append(ranges[base], s)
+		}
+	}
+	if len(cks) == 0 {
+		return fmt.Errorf("checkpoint %s: no %s", cdir, stateTensors)
+	}
+	write := func(b kernels.Buffer, off int, h []float32) {
+		dst := b.Slice(off, len(h))
 		if b.DType() == kernels.I32 {
 			bits := make([]int32, len(h))
 			for i, v := range h {
 				bits[i] = int32(math.Float32bits(v))
 			}
-			dev.WriteI32(b, bits)
+			dev.WriteI32(dst, bits)
+			return
+		}
+		dev.WriteF32(dst, h)
+	}
+	// Requested ranges, per saved tensor that covers part of them, so that
+	// each saved tensor is read once.
+	type want struct {
+		b       kernels.Buffer
+		name    string
+		off     int
+		covered int
+	}
+	var wants []*want
+	bySaved := map[*saved][]*want{}
+	savedPtr := map[string]*saved{}
+	for _, name := range sortedKeys(bufs) {
+		b := bufs[name]
+		base, off, isRange := parseRange(name)
+		if s, ok := plain[name]; ok && !isRange {
+			if s.len != b.Len() {
+				return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", cdir, name, s.len, b.Len())
+			}
+			h := make([]float32, b.Len())
+			if err := s.ck.ReadF32(name, h); err != nil {
+				return err
+			}
+			write(b, 0, h)
 			continue
 		}
-		dev.WriteF32(b, h)
+		if len(ranges[base]) == 0 {
+			return fmt.Errorf("checkpoint %s: tensor %q is missing", cdir, name)
+		}
+		w := &want{b: b, name: name, off: off}
+		wants = append(wants, w)
+		for _, s := range ranges[base] {
+			if s.off < off+b.Len() && off < s.off+s.len {
+				key := fmt.Sprintf("%p/%s", s.ck, s.name)
+				p, ok := savedPtr[key]
+				if !ok {
+					p = &saved{ck: s.ck, name: s.name, off: s.off, len: s.len}
+					savedPtr[key] = p
+				}
+				bySaved[p] = append(bySaved[p], w)
+			}
+		}
+	}
+	keys := make([]string, 0, len(savedPtr))
+	for k := range savedPtr {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s := savedPtr[k]
+		h := make([]float32, s.len)
+		if err := s.ck.ReadF32(s.name, h); err != nil {
+			return err
+		}
+		for _, w := range bySaved[s] {
+			lo, hi := max(s.off, w.off), min(s.off+s.len, w.off+w.b.Len())
+			write(w.b, lo-w.off, h[lo-s.off:hi-s.off])
+			w.covered += hi - lo
+		}
+	}
+	for _, w := range wants {
+		if w.covered != w.b.Len() {
+			return fmt.Errorf("checkpoint %s: the saved ranges cover %d of the %d elements of %q (a checkpoint file missing?)", cdir, w.covered, w.b.Len(), w.name)
+		}
 	}
 	return nil
 }
@@ -150,14 +274,18 @@ func (l *loop) checkpoint() error {
 	if l.cfg.Dir == "" {
 		return nil
 	}
-	if !l.writer {
+	sh, ok := l.st.(shardedState)
+	sharded := ok && sh.Sharded() && l.ranks > 1
+	if !l.writer && !sharded {
 		// Rank 0 writes the checkpoint: at ZeRO stage 0 every rank holds
 		// the same parameters and optimizer state.
 		l.pos.LastCkpt = l.pos.Step
 		return nil
 	}
-	if err := l.metrics.Sync(); err != nil {
-		return fmt.Errorf("write metrics: %w", err)
+	if l.writer {
+		if err := l.metrics.Sync(); err != nil {
+			return fmt.Errorf("write metrics: %w", err)
+		}
 	}
 	pos := l.pos
 	pos.LastCkpt = pos.Step
@@ -168,11 +296,61 @@ func (l *loop) checkpoint() error {
 	}
 	st := ckptState{Format: ckptFormat, Fingerprint: l.cfg.Fingerprint, Position: pos, Seed: l.cfg.Seed,
 		MetricsRows: l.metrics.rows, Buffers: sortedKeys(bufs), Stage: stage}
-	if err := SaveState(l.dev, l.cfg.Dir, bufs, st); err != nil {
+	if sharded {
+		err = l.saveSharded(bufs, st)
+	} else {
+		err = SaveState(l.dev, l.cfg.Dir, bufs, st)
+	}
+	if err != nil {
 		return err
 	}
 	l.pos.LastCkpt = pos.Step
 	l.cfg.Log.Debug().Int("step", pos.Step).Msg("checkpoint")
+	return nil
+}
+
+// saveSharded writes a checkpoint whose state the ranks hold in parts
+// (ZeRO 1-3): every rank writes its ranges (RangeName) into
+// state-rank-R.safetensors of one temporary folder, rank 0 also the
+// buffers every rank holds alike; once all are written, rank 0 commits the
+// folder as SaveState does. A rank that fails returns its error, which
+// ends the job (the CLI aborts every rank), and the previous checkpoint
+// stays whole.
+func (l *loop) saveSharded(bufs map[string]kernels.Buffer, record ckptState) error {
+	c := l.cfg.Comm
+	tmp := filepath.Join(l.cfg.Dir, fmt.Sprintf(".checkpoint-step-%d", record.Position.Step))
+	if l.writer {
+		os.RemoveAll(tmp)
+		if err := os.Mkdir(tmp, 0o755); err != nil {
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+	}
+	if err := c.Barrier(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	mine := map[string]kernels.Buffer{}
+	for name, b := range bufs {
+		if _, _, ranged := parseRange(name); ranged || l.writer {
+			mine[name] = b
+		}
+	}
+	if err := writeTensors(l.dev, filepath.Join(tmp, fmt.Sprintf(rankTensors, l.rank)), mine); err != nil {
+		return fmt.Errorf("rank %d: %w", l.rank, err)
+	}
+	atomicfile.SyncDir(tmp)
+	if err := c.Barrier(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if l.writer {
+		record.Ranks = l.ranks
+		if err := commitState(l.cfg.Dir, tmp, record); err != nil {
+			os.RemoveAll(tmp)
+			return err
+		}
+	}
+	if err := c.Barrier(); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
 	return nil
 }
 

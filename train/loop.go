@@ -57,6 +57,7 @@ import (
 	"github.com/gochat-ai/gochat/dist"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/zero"
 )
 
 // BatchStats is what a stage reports for one batch.
@@ -116,6 +117,11 @@ type Trainable struct {
 	// State are the model buffers a checkpoint saves and restores, by name
 	// (the parameters: model, adapters).
 	State map[string]kernels.Buffer
+	// Flats are the flat buffers the segments are views of, for ZeRO and
+	// checkpoints, and At[g][s] is where Groups[g].Segments[s] lies in
+	// them. Without Flats every segment is a flat buffer of its own.
+	Flats []Flat
+	At    [][]SegmentAt
 }
 
 // Config configures the loop.
@@ -153,6 +159,8 @@ type Config struct {
 	// Comm is the group of ranks training together (nil: this process
 	// alone). See "Data parallelism" in the package comment.
 	Comm dist.Comm
+	// ZeRO is Run's ZeRO stage over Comm (OptimizerConfig.ZeRO).
+	ZeRO zero.Stage
 }
 
 // ranks is the number of ranks training together.
@@ -272,11 +280,20 @@ func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Train
 		return nil, err
 	}
 	opt, err := NewOptimizer(dev, tr, OptimizerConfig{AdamW: cfg.AdamW, Schedule: cfg.Schedule, Warmup: cfg.Warmup,
-		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm, Comm: cfg.Comm})
+		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm, Comm: cfg.Comm, ZeRO: cfg.ZeRO})
 	if err != nil {
 		return nil, err
 	}
-	return RunRounds(ctx, dev, cfg, &sgdStage{st: st, opt: opt, seed: cfg.Seed})
+	defer opt.Free()
+	res, err := RunRounds(ctx, dev, cfg, &sgdStage{st: st, opt: opt, seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	// The caller saves the model: ZeRO-3 gives every rank all of it back.
+	if err := opt.Consolidate(); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // sgdStage plugs a Stage into the loop: its micro-batches accumulate
@@ -309,6 +326,21 @@ func (s *sgdStage) Update(_ context.Context, r Round) (map[string]float64, error
 }
 
 func (s *sgdStage) Evaluate() (map[string]float64, error) { return s.st.Evaluate() }
+
+// Idle implements idler: the collectives of a batch this rank lacks.
+func (s *sgdStage) Idle() error { return s.opt.Idle() }
+
+// Sharded implements shardedState.
+func (s *sgdStage) Sharded() bool { return s.opt.Sharded() }
+
+// idler is a RoundStage whose batches make collectives (ZeRO 2 and 3): a
+// rank that computes fewer batches in a round than rank 0 calls Idle once
+// for each batch it lacks.
+type idler interface{ Idle() error }
+
+// shardedState is a RoundStage whose ranks hold different parts of its
+// state (ZeRO 1-3): each rank checkpoints its own part.
+type shardedState interface{ Sharded() bool }
 
 // sgdState is the host state of a step-1/2 checkpoint.
 type sgdState struct {
@@ -471,6 +503,14 @@ func (l *loop) run() (*Result, error) {
 			}
 			l.pos.Batch++
 			l.pos.MicroStep++
+		}
+		if id, ok := l.st.(idler); ok && l.ranks > 1 {
+			// Rank 0 computes the most batches of a round: ⌈batches/ranks⌉.
+			for range (r.Batches+l.ranks-1)/l.ranks - local {
+				if err := id.Idle(); err != nil {
+					return nil, fmt.Errorf("step %d: %w", l.pos.Step+1, err)
+				}
+			}
 		}
 		if l.ranks > 1 {
 			if err := l.reduceStats(&r.Stats, local > 0); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/gochat-ai/gochat/dist"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/zero"
 )
 
 // OptimizerConfig configures an Optimizer.
@@ -20,8 +21,15 @@ type OptimizerConfig struct {
 	// ClipNorm clips the gradients to this global norm (0: no clipping).
 	ClipNorm float64
 	// Comm, when it has several ranks, sums the gradients over them in
-	// Step before the norm (ZeRO stage 0; nil: this process alone).
+	// Step before the norm (nil: this process alone).
 	Comm dist.Comm
+	// ZeRO is the ZeRO stage over Comm's ranks: 0 all-reduces the
+	// gradients and every rank updates every parameter; 1 partitions the
+	// optimizer state (each rank updates the ranges it owns, then the
+	// parameters are all-gathered); 2 also partitions the gradients
+	// (reduce-scattered layer by layer during the backward pass); 3 also
+	// the parameters (gathered layer by layer for each pass). See Flat.
+	ZeRO zero.Stage
 }
 
 // Optimizer is the update every stage takes: AdamW over one model's
@@ -35,6 +43,11 @@ type Optimizer struct {
 	tr    Trainable
 	clip  float64
 	comm  dist.Comm
+	// flats and at locate AdamW's segments (for checkpoint names); sh is
+	// the ZeRO 1-3 sharding, nil at stage 0 or on one rank.
+	flats []Flat
+	at    [][]SegmentAt
+	sh    *shardedOptimizer
 }
 
 // Update is what one Optimizer.Step did.
@@ -49,11 +62,26 @@ func NewOptimizer(dev kernels.Device, tr Trainable, c OptimizerConfig) (*Optimiz
 	if err != nil {
 		return nil, err
 	}
-	adam, err := optim.NewAdamW(dev, tr.Groups, c.AdamW)
+	if err := c.ZeRO.Validate(); err != nil {
+		return nil, err
+	}
+	flats, at, err := tr.flats()
 	if err != nil {
 		return nil, err
 	}
-	o := &Optimizer{dev: dev, adam: adam, sched: sched, tr: tr, clip: c.ClipNorm, comm: c.Comm}
+	o := &Optimizer{dev: dev, sched: sched, tr: tr, clip: c.ClipNorm, comm: c.Comm, flats: flats, at: at}
+	groups := tr.Groups
+	if c.ZeRO.PartitionsOptimizer() && c.Comm != nil && c.Comm.Size() > 1 {
+		if o.sh, groups, o.at, err = newSharded(dev, c.Comm, c.ZeRO, tr); err != nil {
+			return nil, err
+		}
+	}
+	if o.adam, err = optim.NewAdamW(dev, groups, c.AdamW); err != nil {
+		if o.sh != nil {
+			o.sh.free()
+		}
+		return nil, err
+	}
 	o.ZeroGrads()
 	return o, nil
 }
@@ -79,6 +107,9 @@ func (o *Optimizer) Step(s, n int) (Update, error) {
 // (all-reduce; nothing on one rank). Every rank calls it once per step,
 // before Norm.
 func (o *Optimizer) ReduceGrads() error {
+	if o.sh != nil {
+		return o.sh.reduce()
+	}
 	if o.comm == nil || o.comm.Size() == 1 {
 		return nil
 	}
@@ -97,7 +128,16 @@ func (o *Optimizer) Norm(n int) (float64, error) {
 	if n < 1 {
 		return 0, fmt.Errorf("train: optimizer step over %d gradient sums", n)
 	}
-	norm := optim.GradNorm(o.dev, o.tr.Grads...) * (1 / float64(n))
+	var norm float64
+	if o.sh != nil {
+		ss, err := o.sh.sumSquares()
+		if err != nil {
+			return 0, err
+		}
+		norm = math.Sqrt(ss) / float64(n)
+	} else {
+		norm = optim.GradNorm(o.dev, o.tr.Grads...) * (1 / float64(n))
+	}
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm, &NonFiniteError{What: "gradient norm"}
 	}
@@ -110,6 +150,11 @@ func (o *Optimizer) Norm(n int) (float64, error) {
 func (o *Optimizer) Apply(s, n int, norm float64) (Update, error) {
 	scale := o.sched(s)
 	o.adam.Step(scale, float32(1/float64(n)*optim.ClipScale(norm, o.clip)))
+	if o.sh != nil {
+		if err := o.sh.gather(); err != nil {
+			return Update{}, fmt.Errorf("optimizer step: %w", err)
+		}
+	}
 	o.ZeroGrads()
 	if err := o.dev.Sync(); err != nil {
 		return Update{}, fmt.Errorf("optimizer step: %w", err)
@@ -128,14 +173,60 @@ func (o *Optimizer) LR(s int) float64 {
 // ZeroGrads zeroes the trainable gradients (before a backward pass that
 // starts a new step).
 func (o *Optimizer) ZeroGrads() {
+	if o.sh != nil {
+		o.sh.zeroGrads()
+		return
+	}
 	for _, g := range o.tr.Grads {
 		o.dev.Zero(g)
 	}
 }
 
+// Idle makes, on a rank that has no batch left in a round, the
+// collectives one batch (a forward and a backward pass) makes under ZeRO
+// 2 and 3, so that they pair with the ranks that compute (nothing at
+// other stages).
+func (o *Optimizer) Idle() error {
+	if o.sh == nil {
+		return nil
+	}
+	return o.sh.idle()
+}
+
+// Consolidate gathers ZeRO-3's partitioned parameters, so that every rank
+// holds the whole model again (to save it, or to use it outside
+// training); nothing at other stages. The next pass partitions them
+// again.
+func (o *Optimizer) Consolidate() error {
+	if o.sh == nil || !o.sh.stage.PartitionsParams() {
+		return nil
+	}
+	for _, f := range o.sh.flats {
+		if !f.hooked {
+			continue
+		}
+		for u := range f.x.Layout().Units {
+			if err := f.x.Gather(f.flat.Params, u); err != nil {
+				return fmt.Errorf("gather %s: %w", f.flat.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Sharded reports whether ranks hold different parts of the state (ZeRO
+// 1-3 on several ranks): each then checkpoints its own.
+func (o *Optimizer) Sharded() bool { return o.sh != nil }
+
 // Free releases the optimizer's state (AdamW's moments and master
-// halves); the Trainable's buffers are its owner's.
-func (o *Optimizer) Free() { o.adam.Free() }
+// halves, ZeRO's staging memory) and unhooks the model; the Trainable's
+// buffers are its owner's.
+func (o *Optimizer) Free() {
+	o.adam.Free()
+	if o.sh != nil {
+		o.sh.free()
+	}
+}
 
 // Steps is the number of updates taken (AdamW's bias-correction count).
 func (o *Optimizer) Steps() int { return o.adam.Steps() }
@@ -145,19 +236,52 @@ func (o *Optimizer) SetSteps(n int) { o.adam.SetSteps(n) }
 
 // StateBuffers adds, under prefix, the buffers a checkpoint keeps of this
 // optimizer's model and state: the trained model buffers of its Trainable
-// ("param.NAME"), AdamW's moments ("adam.m.I", "adam.v.I") and, in bf16,
-// the low halves of its fp32 master weights ("adam.master_lo.I", I32 bits;
-// the parameters are the high halves).
+// ("param.NAME"), AdamW's moments ("adam.m.FLAT@OFF", "adam.v.FLAT@OFF")
+// and, in bf16, the low halves of its fp32 master weights
+// ("adam.master_lo.FLAT@OFF/2", I32 bits, two per element; the parameters
+// are the high halves). A name NAME@OFF is the range of the logical
+// tensor NAME from element OFF (RangeName), so a checkpoint's ranges
+// load into any other cut of the same tensor: another number of ranks or
+// another ZeRO stage. Under ZeRO-3 the model's parameters are ranges too
+// ("param.model@OFF", the ranges this rank owns).
 func (o *Optimizer) StateBuffers(bufs map[string]kernels.Buffer, prefix string) {
 	for name, b := range o.tr.State {
+		if f := o.partitionedFlat(name); f != nil {
+			for _, r := range f.x.Layout().Owned() {
+				bufs[RangeName(prefix+"param."+name, r.Lo)] = b.Slice(r.Lo, r.Len())
+			}
+			continue
+		}
 		bufs[prefix+"param."+name] = b
 	}
 	m, v := o.adam.Moments()
-	for i := range m {
-		bufs[fmt.Sprintf("%sadam.m.%d", prefix, i)] = m[i]
-		bufs[fmt.Sprintf("%sadam.v.%d", prefix, i)] = v[i]
+	lows := o.adam.MasterLows()
+	i, li := 0, 0
+	for g, grp := range o.adam.Groups() {
+		for s, seg := range grp.Segments {
+			a := o.at[g][s]
+			name := o.flats[a.Flat].Name
+			bufs[RangeName(prefix+"adam.m."+name, a.Off)] = m[i]
+			bufs[RangeName(prefix+"adam.v."+name, a.Off)] = v[i]
+			if seg.Params.DType() != kernels.F32 {
+				bufs[RangeName(prefix+"adam.master_lo."+name, a.Off/2)] = lows[li]
+				li++
+			}
+			i++
+		}
 	}
-	for i, b := range o.adam.MasterLows() {
-		bufs[fmt.Sprintf("%sadam.master_lo.%d", prefix, i)] = b
+}
+
+// partitionedFlat is the ZeRO-3 flat whose parameters are the State
+// buffer name, or nil.
+func (o *Optimizer) partitionedFlat(name string) *sharded {
+	if o.sh == nil || !o.sh.stage.PartitionsParams() {
+		return nil
 	}
+	for _, f := range o.sh.flats {
+		if f.hooked && f.flat.Name == name {
+			return f
+		}
+	}
+	return nil
 }

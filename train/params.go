@@ -34,25 +34,30 @@ func ModelTrainable(m *model.Model, o ParamOptions) (Trainable, error) {
 	}
 	decay := optim.Group{Name: "decay", LR: o.LR, WeightDecay: o.WeightDecay}
 	noDecay := optim.Group{Name: "no_decay", LR: o.LR}
+	var decayAt, noDecayAt []SegmentAt
 	tr := Trainable{State: map[string]kernels.Buffer{"model": m.Params.Flat}}
 	if m.FreezeBase {
 		// Grads.Flat may be nil (AllocGrads allocated only v_head's).
 		if m.Grads.VHead != nil {
-			g := &decay
+			g, at := &decay, &decayAt
 			if optim.NoDecay("v_head.weight") {
-				g = &noDecay
+				g, at = &noDecay, &noDecayAt
 			}
 			g.Segments = append(g.Segments, optim.Segment{Name: g.Name, Params: m.Params.VHead, Grads: m.Grads.VHead})
+			*at = append(*at, SegmentAt{Flat: len(tr.Flats)})
+			tr.Flats = append(tr.Flats, Flat{Name: "v_head", Params: m.Params.VHead, Grads: m.Grads.VHead})
 			tr.Grads = append(tr.Grads, m.Grads.VHead)
 		}
 	} else {
 		// Consecutive parameters of the same group form one segment.
 		var cur *optim.Group
+		var curAt *[]SegmentAt
 		start, end := 0, 0
 		flush := func() {
 			if cur != nil && end > start {
 				cur.Segments = append(cur.Segments, optim.Segment{
 					Name: cur.Name, Params: m.Params.Flat.Slice(start, end-start), Grads: m.Grads.Flat.Slice(start, end-start)})
+				*curAt = append(*curAt, SegmentAt{Flat: 0, Off: start})
 			}
 		}
 		for _, name := range m.ParamNames() {
@@ -61,27 +66,31 @@ func ModelTrainable(m *model.Model, o ParamOptions) (Trainable, error) {
 			for _, d := range shape {
 				n *= d
 			}
-			g := &decay
+			g, at := &decay, &decayAt
 			if optim.NoDecay(name) {
-				g = &noDecay
+				g, at = &noDecay, &noDecayAt
 			}
 			if g != cur || off != end {
 				flush()
-				cur, start = g, off
+				cur, curAt, start = g, at, off
 			}
 			end = off + n
 		}
 		flush()
+		tr.Flats = append(tr.Flats, Flat{Name: "model", Params: m.Params.Flat, Grads: m.Grads.Flat, Units: ModelUnits(m), Model: m})
 		tr.Grads = append(tr.Grads, m.Grads.Flat)
 	}
-	for _, g := range []optim.Group{decay, noDecay} {
+	for i, g := range []optim.Group{decay, noDecay} {
 		if len(g.Segments) > 0 {
 			tr.Groups = append(tr.Groups, g)
+			tr.At = append(tr.At, [][]SegmentAt{decayAt, noDecayAt}[i])
 		}
 	}
 	if o.LoRA != nil {
 		tr.Groups = append(tr.Groups, optim.Group{Name: "lora", LR: o.LoRALR, WeightDecay: o.WeightDecay,
 			Segments: []optim.Segment{{Name: "lora", Params: o.LoRA.Params, Grads: o.LoRA.Grads}}})
+		tr.At = append(tr.At, []SegmentAt{{Flat: len(tr.Flats)}})
+		tr.Flats = append(tr.Flats, Flat{Name: "lora", Params: o.LoRA.Params, Grads: o.LoRA.Grads})
 		tr.Grads = append(tr.Grads, o.LoRA.Grads)
 		tr.State["lora"] = o.LoRA.Params
 	}

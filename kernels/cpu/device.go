@@ -86,7 +86,10 @@ type Device struct {
 	peak    atomic.Int64
 }
 
-var _ kernels.Device = (*Device)(nil)
+var (
+	_ kernels.Device      = (*Device)(nil)
+	_ kernels.Decommitter = (*Device)(nil)
+)
 
 // New returns a CPU device.
 func New(opts Options) (*Device, error) {
@@ -272,3 +275,29 @@ func (d *Device) parallelFor(n, grain int, fn func(lo, hi int)) {
 // (AVX512_BF16 and an AVX-512 GEMM kernel); without it bf16 still works,
 // converting while packing, but brings no speed.
 func (d *Device) NativeBF16() bool { return d.isa == isaAVX512 && hasBF16() }
+
+// Decommit implements kernels.Decommitter: b reads as zeros afterwards, and
+// the whole pages inside it go back to the operating system (resident
+// memory drops) until something writes to them again.
+func (d *Device) Decommit(b kernels.Buffer) {
+	n, es := b.Len(), b.DType().Size()
+	if n == 0 {
+		return
+	}
+	var p unsafe.Pointer
+	switch s := b.(type) {
+	case F32:
+		p = unsafe.Pointer(&s[0])
+	case BF16:
+		p = unsafe.Pointer(&s[0])
+	case I32:
+		p = unsafe.Pointer(&s[0])
+	default:
+		panic(fmt.Sprintf("cpu: Decommit of %T", b))
+	}
+	head, tail := releasePages(p, n*es)
+	// Element-aligned edges: head and tail are multiples of the element
+	// size (pages and the buffer both are).
+	d.Zero(b.Slice(0, head/es))
+	d.Zero(b.Slice(n-tail/es, tail/es))
+}

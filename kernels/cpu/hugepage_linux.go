@@ -25,3 +25,22 @@ func adviseHuge(p unsafe.Pointer, size int) {
 	}
 	_ = syscall.Madvise(unsafe.Slice((*byte)(p), size)[lo:hi], 14 /* MADV_HUGEPAGE */)
 }
+
+// releasePages returns the whole 4 KiB pages inside [p, p+size) to the
+// system (madvise MADV_DONTNEED: the next touch maps a fresh zero page)
+// and reports the bytes at either end it did not cover, which the caller
+// zeroes. The memory is Go heap memory holding no pointers, so the
+// runtime never reads what the kernel dropped.
+func releasePages(p unsafe.Pointer, size int) (head, tail int) {
+	const page = 4096
+	head = int((page - uintptr(p)%page) % page)
+	if head >= size {
+		return size, 0
+	}
+	body := (size - head) / page * page
+	tail = size - head - body
+	if body > 0 && syscall.Madvise(unsafe.Slice((*byte)(p), size)[head:head+body], syscall.MADV_DONTNEED) != nil {
+		return size, 0 // not released: the caller zeroes everything
+	}
+	return head, tail
+}

@@ -1,0 +1,329 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/dist"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/zero"
+)
+
+// Flat is one flat buffer of trained parameters and its gradients, as
+// ZeRO shards it.
+type Flat struct {
+	// Name names the buffer in checkpoints ("model", "lora"); a Trainable's
+	// State entry of the same name is this buffer's parameters.
+	Name          string
+	Params, Grads kernels.Buffer // the same length
+	// Units are the sizes of the consecutive runs ZeRO shards one by one
+	// (nil: the buffer is one unit).
+	Units []int
+	// Model, when Params is this model's Params.Flat with one unit before
+	// the layers, one per layer and one after, lets ZeRO 2 and 3 hook the
+	// model's passes (model.ParamHook): gradients reduce-scattered layer by
+	// layer as the backward pass completes them, parameters gathered layer
+	// by layer.
+	Model *model.Model
+}
+
+// SegmentAt is where an optimizer segment lies: in Flats[Flat], from
+// element Off.
+type SegmentAt struct{ Flat, Off int }
+
+// flats returns tr's flat buffers and where each segment lies. A
+// Trainable without Flats has one flat per segment, named by it.
+func (tr Trainable) flats() ([]Flat, [][]SegmentAt, error) {
+	if tr.Flats != nil {
+		if len(tr.At) != len(tr.Groups) {
+			return nil, nil, fmt.Errorf("train: %d groups but %d segment positions", len(tr.Groups), len(tr.At))
+		}
+		return tr.Flats, tr.At, nil
+	}
+	var fs []Flat
+	at := make([][]SegmentAt, len(tr.Groups))
+	seen := map[string]bool{}
+	for g, grp := range tr.Groups {
+		for _, s := range grp.Segments {
+			if seen[s.Name] {
+				return nil, nil, fmt.Errorf("train: two segments named %q; name them apart or give the Trainable Flats", s.Name)
+			}
+			seen[s.Name] = true
+			at[g] = append(at[g], SegmentAt{Flat: len(fs)})
+			fs = append(fs, Flat{Name: s.Name, Params: s.Params, Grads: s.Grads})
+		}
+	}
+	return fs, at, nil
+}
+
+// ModelUnits are a model's ZeRO units: everything before the first
+// decoder layer, each layer, everything after the last (possibly empty).
+func ModelUnits(m *model.Model) []int {
+	L := m.Config.NumLayers
+	first, _ := m.LayerRange(0)
+	last, n := m.LayerRange(L - 1)
+	units := []int{first}
+	for l := range L {
+		_, k := m.LayerRange(l)
+		units = append(units, k)
+	}
+	return append(units, m.NumParams()-(last+n))
+}
+
+// sharded is one flat buffer under ZeRO stages 1-3: its layout over the
+// ranks and the collectives that move it.
+type sharded struct {
+	flat   Flat
+	x      *zero.Exchange
+	hooked bool // the model's passes reduce (stage ≥ 2) and gather (stage 3) it
+}
+
+// shardedOptimizer is the part of an Optimizer that ZeRO stages 1-3 add.
+type shardedOptimizer struct {
+	stage zero.Stage
+	comm  dist.Comm
+	dev   kernels.Device
+	flats []*sharded
+}
+
+// newSharded lays out tr's flats over comm's ranks and returns the groups
+// AdamW updates on this rank (the segments cut to the ranges it owns) and
+// where each lies.
+func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainable) (*shardedOptimizer, []optim.Group, [][]SegmentAt, error) {
+	flats, at, err := tr.flats()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	so := &shardedOptimizer{stage: stage, comm: comm, dev: dev}
+	for _, f := range flats {
+		units := f.Units
+		if units == nil {
+			units = []int{f.Params.Len()}
+		}
+		lay, err := zero.NewLayout(units, comm.Size(), comm.Rank())
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("ZeRO layout of %s: %w", f.Name, err)
+		}
+		if lay.N != f.Params.Len() || f.Grads == nil || f.Grads.Len() != lay.N {
+			return nil, nil, nil, fmt.Errorf("train: ZeRO flat %s: units cover %d elements of %d", f.Name, lay.N, f.Params.Len())
+		}
+		x, err := zero.NewExchange(dev, comm, lay, 0)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		hooked := f.Model != nil && stage.PartitionsGrads()
+		if hooked && f.Model.Hook != nil {
+			return nil, nil, nil, fmt.Errorf("train: ZeRO-%d: model of %s already has a hook (one optimizer per model)", int(stage), f.Name)
+		}
+		so.flats = append(so.flats, &sharded{flat: f, x: x, hooked: hooked})
+	}
+	var groups []optim.Group
+	var where [][]SegmentAt
+	for g, grp := range tr.Groups {
+		out := grp
+		out.Segments = nil
+		var w []SegmentAt
+		for s, seg := range grp.Segments {
+			a := at[g][s]
+			lay := so.flats[a.Flat].x.Layout()
+			f := so.flats[a.Flat].flat
+			for _, r := range lay.Intersect(a.Off, a.Off+seg.Params.Len()) {
+				if r.Lo%2 != 0 {
+					return nil, nil, nil, fmt.Errorf("train: ZeRO: segment %s of %s is cut at odd element %d", seg.Name, f.Name, r.Lo)
+				}
+				out.Segments = append(out.Segments, optim.Segment{Name: seg.Name,
+					Params: f.Params.Slice(r.Lo, r.Len()), Grads: f.Grads.Slice(r.Lo, r.Len())})
+				w = append(w, SegmentAt{Flat: a.Flat, Off: r.Lo})
+			}
+		}
+		groups, where = append(groups, out), append(where, w)
+	}
+	for _, f := range so.flats {
+		if f.hooked {
+			f.flat.Model.Hook = &zeroHook{so: so, f: f}
+		}
+	}
+	if stage.PartitionsParams() {
+		for _, f := range so.flats {
+			if f.hooked {
+				for u := range f.x.Layout().Units {
+					f.x.Release(f.flat.Params, u)
+				}
+			}
+		}
+	}
+	return so, groups, where, nil
+}
+
+// free releases the staging memory and unhooks the models.
+func (so *shardedOptimizer) free() {
+	for _, f := range so.flats {
+		f.x.Free()
+		if f.hooked {
+			f.flat.Model.Hook = nil
+		}
+	}
+}
+
+// reduce leaves in every owned range the gradients summed over the ranks:
+// flats the model's passes did not reduce are reduce-scattered now.
+func (so *shardedOptimizer) reduce() error {
+	for _, f := range so.flats {
+		if f.hooked {
+			continue
+		}
+		for u := range f.x.Layout().Units {
+			if err := f.x.ReduceScatter(f.flat.Grads, u); err != nil {
+				return fmt.Errorf("gradients of %s: %w", f.flat.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// sumSquares is the sum of squares of the reduced gradients over every
+// rank's owned ranges, summed across ranks. It travels as two F32 values
+// (the high part and the rest), so the sum keeps about 48 bits.
+func (so *shardedOptimizer) sumSquares() (float64, error) {
+	var bufs []kernels.Buffer
+	for _, f := range so.flats {
+		for _, r := range f.x.Layout().Owned() {
+			bufs = append(bufs, f.flat.Grads.Slice(r.Lo, r.Len()))
+		}
+	}
+	local := 0.0
+	if len(bufs) > 0 {
+		local = so.dev.SumSquares(bufs...)
+	}
+	hi := float32(local)
+	parts := make([]float32, 2*so.comm.Size())
+	parts[2*so.comm.Rank()], parts[2*so.comm.Rank()+1] = hi, float32(local-float64(hi))
+	buf, err := so.dev.Alloc(kernels.F32, len(parts))
+	if err != nil {
+		return 0, err
+	}
+	defer so.dev.Free(buf)
+	so.dev.WriteF32(buf, parts)
+	if err := so.comm.AllReduceSum(buf); err != nil {
+		return 0, fmt.Errorf("gradient norm: %w", err)
+	}
+	so.dev.ReadF32(parts, buf)
+	sum := 0.0
+	for _, v := range parts { // each rank's value in its own slots: no rounding in the reduction
+		sum += float64(v)
+	}
+	return sum, nil
+}
+
+// gather all-gathers the updated parameters (stages 1 and 2, and flats
+// the model does not gather itself at stage 3).
+func (so *shardedOptimizer) gather() error {
+	for _, f := range so.flats {
+		if f.hooked && so.stage.PartitionsParams() {
+			continue
+		}
+		for u := range f.x.Layout().Units {
+			if err := f.x.Gather(f.flat.Params, u); err != nil {
+				return fmt.Errorf("parameters of %s: %w", f.flat.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// zeroGrads zeroes the gradients for the next step: for flats the model's
+// passes reduce, only the owned ranges (the rest is already zero and
+// stays uncommitted).
+func (so *shardedOptimizer) zeroGrads() {
+	for _, f := range so.flats {
+		if !f.hooked {
+			so.dev.Zero(f.flat.Grads)
+			continue
+		}
+		for _, r := range f.x.Layout().Owned() {
+			so.dev.Zero(f.flat.Grads.Slice(r.Lo, r.Len()))
+		}
+	}
+}
+
+// idle makes the collectives of one forward and one backward pass without
+// computing anything: a rank with no batch left in a round calls it for
+// each batch it lacks, so its hooked collectives pair with those of the
+// ranks that compute.
+func (so *shardedOptimizer) idle() error {
+	for _, f := range so.flats {
+		if !f.hooked {
+			continue
+		}
+		h := f.flat.Model.Hook
+		L := len(f.x.Layout().Units) - 2
+		for _, backward := range []bool{false, true} {
+			if err := h.Acquire(-1); err != nil {
+				return err
+			}
+			for i := range L {
+				l := i
+				if backward {
+					l = L - 1 - i
+				}
+				if err := h.Acquire(l); err != nil {
+					return err
+				}
+				if err := h.Release(l, backward); err != nil {
+					return err
+				}
+			}
+			if err := h.Release(-1, backward); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// zeroHook is the model.ParamHook of a hooked flat: part l is unit l+1,
+// part −1 the first and last units.
+type zeroHook struct {
+	so *shardedOptimizer
+	f  *sharded
+}
+
+func (h *zeroHook) units(part int) []int {
+	if part >= 0 {
+		return []int{part + 1}
+	}
+	return []int{0, len(h.f.x.Layout().Units) - 1}
+}
+
+// Acquire implements model.ParamHook: at stage 3 it gathers the part's
+// parameters.
+func (h *zeroHook) Acquire(part int) error {
+	if !h.so.stage.PartitionsParams() {
+		return nil
+	}
+	for _, u := range h.units(part) {
+		if err := h.f.x.Gather(h.f.flat.Params, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release implements model.ParamHook: after a backward pass it
+// reduce-scatters the part's gradients into the owners' ranges and
+// releases the rest; at stage 3 it releases the part's parameters.
+func (h *zeroHook) Release(part int, backward bool) error {
+	for _, u := range h.units(part) {
+		if backward {
+			if err := h.f.x.ReduceScatter(h.f.flat.Grads, u); err != nil {
+				return err
+			}
+			h.f.x.Release(h.f.flat.Grads, u)
+		}
+		if h.so.stage.PartitionsParams() {
+			h.f.x.Release(h.f.flat.Params, u)
+		}
+	}
+	return nil
+}

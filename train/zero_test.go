@@ -1,0 +1,232 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gochat-ai/gochat/dist"
+	"github.com/gochat-ai/gochat/dist/disttest"
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/zero"
+)
+
+// lmStage trains a tiny OPT as a language model on fixed random
+// sequences: one forward and one backward pass per batch, as sft does.
+type lmStage struct {
+	m    *model.Model
+	seqs [][]int32
+	t    int
+	acts *model.Acts
+	// failSeed, when not zero, makes the batch of this dropout seed fail
+	// (a rank that dies mid-run).
+	failSeed uint64
+}
+
+func newLMStage(t *testing.T, dev kernels.Device, dt kernels.DType, n int) (*lmStage, Trainable) {
+	t.Helper()
+	cfg := &model.Config{ModelType: "opt", VocabSize: 96, HiddenSize: 32, FFNDim: 64, NumLayers: 3, NumHeads: 4,
+		MaxPositions: 16, WordEmbedProjDim: 32, DoLayerNormBefore: true, EnableBias: true,
+		LayerNormElementwiseAffine: true, Activation: "relu", TieWordEmbeddings: true}
+	m, err := model.New(dev, cfg, model.Options{DType: dt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.InitRandom(3, 0.05)
+	r := rand.New(rand.NewPCG(11, 0))
+	s := &lmStage{m: m, t: 8}
+	for range n {
+		seq := make([]int32, s.t)
+		for j := range seq {
+			seq[j] = int32(r.IntN(cfg.VocabSize))
+		}
+		s.seqs = append(s.seqs, seq)
+	}
+	tr, err := ModelTrainable(m, ParamOptions{LR: 1e-3, WeightDecay: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, tr
+}
+
+func (s *lmStage) TrainBatch(idx []int, seed uint64) (BatchStats, error) {
+	if s.failSeed != 0 && seed == s.failSeed {
+		return BatchStats{}, fmt.Errorf("injected failure")
+	}
+	var ids []int32
+	for _, i := range idx {
+		ids = append(ids, s.seqs[i]...)
+	}
+	a, err := s.m.ReuseActsIn(&s.acts, model.ActsShape{B: len(idx), T: s.t, Opts: model.ActsOptions{Train: true}})
+	if err != nil {
+		return BatchStats{}, err
+	}
+	in := model.Batch{IDs: ids, Targets: model.ShiftLabels(ids, len(idx), s.t), Seed: seed}
+	if err := s.m.Forward(a, in); err != nil {
+		return BatchStats{}, err
+	}
+	loss, _, err := s.m.MeanLoss(a)
+	if err != nil {
+		return BatchStats{}, err
+	}
+	if err := s.m.Backward(a, s.m.MeanLossGrad(a)); err != nil {
+		return BatchStats{}, err
+	}
+	return BatchStats{Loss: float64(loss), Tokens: len(ids)}, nil
+}
+
+// Evaluate runs a forward pass on every rank, as the stages do: under
+// ZeRO-3 it gathers layer by layer too.
+func (s *lmStage) Evaluate() (map[string]float64, error) {
+	a, err := s.m.ReuseActsIn(&s.acts, model.ActsShape{B: 1, T: s.t, Opts: model.ActsOptions{Train: true}})
+	if err != nil {
+		return nil, err
+	}
+	in := model.Batch{IDs: s.seqs[0], Targets: model.ShiftLabels(s.seqs[0], 1, s.t)}
+	if err := s.m.Forward(a, in); err != nil {
+		return nil, err
+	}
+	loss, _, err := s.m.MeanLoss(a)
+	return map[string]float64{"eval_loss": float64(loss)}, err
+}
+
+// zeroRun trains on ranks in-process ranks at a ZeRO stage and returns
+// rank 0's weights (every rank's must agree).
+func zeroRun(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config) []float32 {
+	t.Helper()
+	w, err := zeroRunFail(t, ranks, stage, dt, cfg, -1)
+	if err != nil {
+		t.Fatalf("%d ranks, ZeRO-%d: %v", ranks, stage, err)
+	}
+	return w
+}
+
+// zeroRunFail is zeroRun whose batch failAt (counted over the run, from
+// 0; -1 for none) fails on the rank that computes it.
+func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config, failAt int) ([]float32, error) {
+	t.Helper()
+	devs := make([]kernels.Device, ranks)
+	for i := range devs {
+		devs[i] = must(cpu.New(cpu.Options{Threads: 1}))
+	}
+	out := make([][]float32, ranks)
+	err := disttest.Run(devs, func(c dist.Comm, dev kernels.Device) error {
+		s, tr := newLMStage(t, dev, dt, cfg.TrainSize)
+		if failAt >= 0 {
+			s.failSeed = microSeed(cfg.Seed, failAt)
+		}
+		cfg := cfg
+		cfg.Comm, cfg.ZeRO = c, stage
+		if _, err := Run(context.Background(), dev, cfg, s, tr); err != nil {
+			return err
+		}
+		if s.m.Hook != nil {
+			return fmt.Errorf("the model is still hooked after Run")
+		}
+		w := make([]float32, s.m.NumParams())
+		dev.ReadF32(w, s.m.Params.Flat)
+		out[c.Rank()] = w
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for r := 1; r < ranks; r++ {
+		if d := maxRelDiff(out[r], out[0]); d != 0 {
+			t.Fatalf("%d ranks, ZeRO-%d: rank %d's weights differ from rank 0's by %g", ranks, stage, r, d)
+		}
+	}
+	return out[0], nil
+}
+
+// maxRelDiff is the largest |a−b| / max(|b|, 1e-2) over the elements.
+func maxRelDiff(a, b []float32) float64 {
+	m := 0.0
+	for i := range a {
+		d := math.Abs(float64(a[i])-float64(b[i])) / math.Max(math.Abs(float64(b[i])), 1e-2)
+		m = math.Max(m, d)
+	}
+	return m
+}
+
+// TestZeROStagesMatchOneProcess: ZeRO stages 0-3 on 2 and 3 ranks give the
+// weights of one process with the same global batch and seed (fp32: 1e-5
+// relative, the reductions only change the summation order; bf16: within
+// one bf16 step, 2^-7 relative). 13 examples in batches of 2 with 2
+// accumulation steps: on 3 ranks a round has 6 batches, and the last
+// round of each epoch 1, so ranks 1 and 2 sit idle in it.
+func TestZeROStagesMatchOneProcess(t *testing.T) {
+	cfg := Config{TrainSize: 13, MicroBatch: 2, Epochs: 2, Schedule: "linear", Warmup: 1,
+		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, Fingerprint: "zero", Log: zerolog.Nop()}
+	for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+		tol := 1e-5
+		if dt == kernels.BF16 {
+			tol = 1.0 / 128
+		}
+		for _, ranks := range []int{2, 3} {
+			c := cfg
+			c.GradAccum = 6 / ranks // the same global batch on 2 and 3 ranks
+			c.Dir = t.TempDir()
+			one := c
+			one.GradAccum = 6
+			one.Dir = t.TempDir()
+			want := zeroRun(t, 1, 0, dt, one)
+			init := zeroRun(t, 1, 0, dt, Config{TrainSize: 13, MicroBatch: 13, GradAccum: 1, MaxSteps: 1,
+				Schedule: "constant", AdamW: optim.DefaultAdamW, Fingerprint: "init", Log: zerolog.Nop(), Warmup: 1 << 20})
+			if d := maxRelDiff(want, init); d < 0.01 {
+				t.Fatalf("training moved the weights by %g relative: too little to compare", d)
+			}
+			for stage := zero.Stage(0); stage <= 3; stage++ {
+				c.Dir = t.TempDir()
+				got := zeroRun(t, ranks, stage, dt, c)
+				if d := maxRelDiff(got, want); d > tol {
+					t.Errorf("%v, %d ranks, ZeRO-%d: weights differ from one process by %.3g relative (tolerance %g)", dt, ranks, stage, d, tol)
+				} else {
+					t.Logf("%v, %d ranks, ZeRO-%d: max relative difference %.3g", dt, ranks, stage, d)
+				}
+			}
+		}
+	}
+}
+
+// TestZeROResume: a run checkpointed on 3 ranks at ZeRO-3 (each rank its
+// own ranges) and killed by a failing rank resumes on 2 ranks at ZeRO-1,
+// and on 1 process, to the weights of an uninterrupted run.
+func TestZeROResume(t *testing.T) {
+	cfg := Config{TrainSize: 13, MicroBatch: 2, GradAccum: 1, Epochs: 2, Schedule: "linear", Warmup: 1,
+		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, SaveEvery: 1, Fingerprint: "zero", Log: zerolog.Nop()}
+	for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+		c3 := cfg
+		c3.GradAccum = 2
+		c3.Dir = t.TempDir()
+		want := zeroRun(t, 3, 3, dt, c3)
+		for _, resume := range []struct {
+			ranks int
+			stage zero.Stage
+		}{{2, 1}, {1, 0}, {3, 2}} {
+			c := c3
+			c.Dir = t.TempDir()
+			// Batch 9 is in round 2 (6 batches a round): the checkpoint of
+			// round 1 stays.
+			if _, err := zeroRunFail(t, 3, 3, dt, c, 9); err == nil {
+				t.Fatal("the failing rank did not stop the run")
+			}
+			if !HasCheckpoint(c.Dir) {
+				t.Fatal("no checkpoint left by the interrupted run")
+			}
+			c.Resume = true
+			c.GradAccum = 6 / resume.ranks
+			got := zeroRun(t, resume.ranks, resume.stage, dt, c)
+			if d := maxRelDiff(got, want); d > 1e-5 {
+				t.Errorf("%v: resumed on %d ranks at ZeRO-%d: %.3g relative from the uninterrupted run", dt, resume.ranks, resume.stage, d)
+			}
+		}
+	}
+}

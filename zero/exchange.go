@@ -1,0 +1,186 @@
+package zero
+
+import (
+	"fmt"
+
+	"github.com/gochat-ai/gochat/dist"
+	"github.com/gochat-ai/gochat/kernels"
+)
+
+// DefaultStageElems is the staging memory of an Exchange, in elements
+// over all ranks (16 MiB of F32).
+const DefaultStageElems = 1 << 22
+
+// Exchange runs the collectives of a Layout over a Comm: it gathers a
+// unit from its owners' pieces and reduce-scatters a unit's sum into
+// them. Units larger than the staging memory go in chunks (chunk k of
+// every rank's piece in one collective), so an Exchange never holds more
+// than its staging buffers beside the flat buffers it works on.
+type Exchange struct {
+	comm  dist.Comm
+	dev   kernels.Device
+	lay   Layout
+	chunk int                                  // elements of each rank's piece per collective
+	stage map[kernels.DType][2]kernels.Buffer // per dtype: [chunk] and [Size·chunk]
+}
+
+// NewExchange prepares the collectives of lay over comm; stageElems is
+// the staging memory in elements over all ranks (0: DefaultStageElems).
+func NewExchange(dev kernels.Device, comm dist.Comm, lay Layout, stageElems int) (*Exchange, error) {
+	if comm.Size() != lay.Size || comm.Rank() != lay.Rank {
+		return nil, fmt.Errorf("zero: layout for rank %d of %d, communicator rank %d of %d", lay.Rank, lay.Size, comm.Rank(), comm.Size())
+	}
+	if stageElems <= 0 {
+		stageElems = DefaultStageElems
+	}
+	chunk := max(Align, stageElems/lay.Size/Align*Align)
+	return &Exchange{comm: comm, dev: dev, lay: lay, chunk: chunk, stage: map[kernels.DType][2]kernels.Buffer{}}, nil
+}
+
+// Layout is the layout the Exchange works on.
+func (x *Exchange) Layout() Layout { return x.lay }
+
+// Free releases the staging memory.
+func (x *Exchange) Free() {
+	for dt, b := range x.stage {
+		x.dev.Free(b[0])
+		x.dev.Free(b[1])
+		delete(x.stage, dt)
+	}
+}
+
+// buffers returns the staging buffers for dt, allocating them once.
+func (x *Exchange) buffers(dt kernels.DType) (in, out kernels.Buffer, err error) {
+	if b, ok := x.stage[dt]; ok {
+		return b[0], b[1], nil
+	}
+	n := min(x.chunk, x.maxShard())
+	if in, err = x.dev.Alloc(dt, n); err != nil {
+		return nil, nil, fmt.Errorf("zero: staging memory: %w", err)
+	}
+	if out, err = x.dev.Alloc(dt, n*x.lay.Size); err != nil {
+		x.dev.Free(in)
+		return nil, nil, fmt.Errorf("zero: staging memory: %w", err)
+	}
+	x.stage[dt] = [2]kernels.Buffer{in, out}
+	return in, out, nil
+}
+
+func (x *Exchange) maxShard() int {
+	m := Align
+	for _, u := range x.lay.Units {
+		m = max(m, u.Plan.Shard)
+	}
+	return m
+}
+
+// chunks calls f for each chunk [c0, c0+c) of the pieces of unit u, with
+// valid(q) the number of the chunk's elements of rank q's piece that lie
+// inside the unit (the rest is padding).
+func (x *Exchange) chunks(u int, f func(c0, c int, valid func(q int) int) error) error {
+	un := x.lay.Units[u]
+	for c0 := 0; c0 < un.Plan.Shard; c0 += x.chunk {
+		c := min(x.chunk, un.Plan.Shard-c0)
+		valid := func(q int) int { return max(0, min(c, un.N-(q*un.Plan.Shard+c0))) }
+		if err := f(c0, c, valid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Gather fills unit u of buf on every rank with the pieces their owners
+// hold (all-gather).
+func (x *Exchange) Gather(buf kernels.Buffer, u int) error {
+	if buf.Len() != x.lay.N {
+		return fmt.Errorf("zero: gather into a buffer of %d elements, layout of %d", buf.Len(), x.lay.N)
+	}
+	in, out, err := x.buffers(buf.DType())
+	if err != nil {
+		return err
+	}
+	un, r, d := x.lay.Units[u], x.lay.Rank, x.dev
+	at := func(q, c0 int) int { return un.Off + q*un.Plan.Shard + c0 }
+	return x.chunks(u, func(c0, c int, valid func(int) int) error {
+		src := in.Slice(0, c)
+		if v := valid(r); v == c {
+			src = buf.Slice(at(r, c0), c)
+		} else {
+			d.Zero(src)
+			if v > 0 {
+				d.Copy(src.Slice(0, v), buf.Slice(at(r, c0), v))
+			}
+		}
+		dst := out.Slice(0, c*x.lay.Size)
+		if err := x.comm.AllGather(dst, src); err != nil {
+			return fmt.Errorf("zero: all-gather of unit %d: %w", u, err)
+		}
+		for q := range x.lay.Size {
+			if v := valid(q); q != r && v > 0 {
+				d.Copy(buf.Slice(at(q, c0), v), dst.Slice(q*c, v))
+			}
+		}
+		return nil
+	})
+}
+
+// ReduceScatter sums unit u of buf over the ranks into this rank's piece
+// (in place). The rest of the unit keeps this rank's own values; callers
+// zero or Release it.
+func (x *Exchange) ReduceScatter(buf kernels.Buffer, u int) error {
+	if buf.Len() != x.lay.N {
+		return fmt.Errorf("zero: reduce-scatter of a buffer of %d elements, layout of %d", buf.Len(), x.lay.N)
+	}
+	in, out, err := x.buffers(buf.DType())
+	if err != nil {
+		return err
+	}
+	un, r, d := x.lay.Units[u], x.lay.Rank, x.dev
+	at := func(q, c0 int) int { return un.Off + q*un.Plan.Shard + c0 }
+	return x.chunks(u, func(c0, c int, valid func(int) int) error {
+		src := out.Slice(0, c*x.lay.Size)
+		for q := range x.lay.Size {
+			dst := src.Slice(q*c, c)
+			v := valid(q)
+			if v < c {
+				d.Zero(dst)
+			}
+			if v > 0 {
+				d.Copy(dst.Slice(0, v), buf.Slice(at(q, c0), v))
+			}
+		}
+		sum := in.Slice(0, c)
+		if err := x.comm.ReduceScatterSum(sum, src); err != nil {
+			return fmt.Errorf("zero: reduce-scatter of unit %d: %w", u, err)
+		}
+		if v := valid(r); v > 0 {
+			d.Copy(buf.Slice(at(r, c0), v), sum.Slice(0, v))
+		}
+		return nil
+	})
+}
+
+// Release zeroes unit u of buf outside this rank's piece and, on a device
+// that can (kernels.Decommitter), returns that memory to the system until
+// the next Gather or write.
+func (x *Exchange) Release(buf kernels.Buffer, u int) {
+	un, p := x.lay.Units[u], x.lay.Piece(u, x.lay.Rank)
+	if p.Len() == 0 {
+		p = Range{un.Off, un.Off}
+	}
+	for _, r := range []Range{{un.Off, p.Lo}, {p.Hi, un.Off + un.N}} {
+		if r.Len() > 0 {
+			Decommit(x.dev, buf.Slice(r.Lo, r.Len()))
+		}
+	}
+}
+
+// Decommit zeroes b and returns its whole pages to the system when dev
+// can (kernels.Decommitter); otherwise it only zeroes b.
+func Decommit(dev kernels.Device, b kernels.Buffer) {
+	if dc, ok := dev.(kernels.Decommitter); ok {
+		dc.Decommit(b)
+		return
+	}
+	dev.Zero(b)
+}

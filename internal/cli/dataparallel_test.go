@@ -91,18 +91,35 @@ func TestDataParallel(t *testing.T) {
 	t.Run("reward", func(t *testing.T) {
 		testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3", 2, 2)
 	})
+	// ZeRO: each stage on 2 or 3 ranks against one process, with a
+	// checkpoint every step (each rank writes its ranges).
+	t.Run("sft-zero1-3-ranks", func(t *testing.T) {
+		testDataParallel(t, launcher, bin, "sft", tinyModel(t), "1,0,0", "1e-3", 3, 1, "--zero-stage", "1")
+	})
+	t.Run("sft-zero2", func(t *testing.T) {
+		testDataParallel(t, launcher, bin, "sft", tinyModel(t), "1,0,0", "1e-3", 2, 2, "--zero-stage", "2")
+	})
+	t.Run("sft-zero3-3-ranks", func(t *testing.T) {
+		testDataParallel(t, launcher, bin, "sft", tinyModel(t), "1,0,0", "1e-3", 3, 1, "--zero-stage", "3")
+	})
+	t.Run("sft-bf16-zero3", func(t *testing.T) {
+		testDataParallelOpts(t, launcher, bin, "sft", tinyModel(t), "1,0,0", "3e-3", 2, 2, "bf16", 1.0/128, "--zero-stage", "3")
+	})
+	t.Run("reward-zero3", func(t *testing.T) {
+		testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3", 2, 2, "--zero-stage", "3")
+	})
 }
 
 // testDataParallel compares ranks ranks with accum accumulation steps
 // against one process with ranks·accum.
-func testDataParallel(t *testing.T, launcher []string, bin, command, mdir, split, lr string, ranks, accum int) {
-	testDataParallelOpts(t, launcher, bin, command, mdir, split, lr, ranks, accum, "fp32", 1e-5)
+func testDataParallel(t *testing.T, launcher []string, bin, command, mdir, split, lr string, ranks, accum int, extra ...string) {
+	testDataParallelOpts(t, launcher, bin, command, mdir, split, lr, ranks, accum, "fp32", 1e-5, extra...)
 }
 
 // testDataParallelOpts is testDataParallel in dtype, with weights within
 // tol (relative, as above) of one process's; metrics within 1e-5 in fp32,
 // 1e-3 in bf16.
-func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, split, lr string, ranks, accum int, dtype string, tol float64) {
+func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, split, lr string, ranks, accum int, dtype string, tol float64, extra ...string) {
 	mtol := 1e-5
 	if dtype == "bf16" {
 		mtol = 1e-3
@@ -112,7 +129,7 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 		return []string{"--log-format", "json", "--threads", "1", command, "--model", mdir, "--data", sample(),
 			"--data-split", split, "--max-seq-len", "48", "--per-device-train-batch-size", "5",
 			"--gradient-accumulation-steps", fmt.Sprint(accum), "--learning-rate", lr, "--num-train-epochs", "2",
-			"--max-grad-norm", "0.5", "--seed", "7", "--dtype", dtype, "--output-dir", dir, "--data-cache", "off"}
+			"--max-grad-norm", "0.5", "--seed", "7", "--dtype", dtype, "--output-dir", dir, "--data-cache", "off", "--save-interval", "1"}
 	}
 	exe := func(name string, argv ...string) string {
 		t.Helper()
@@ -128,7 +145,7 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 	}
 	oneDir, dpDir := filepath.Join(out, "one"), filepath.Join(out, "dp")
 	exe("one process", append([]string{bin}, args(oneDir, ranks*accum)...)...)
-	log := exe(fmt.Sprintf("mpirun -np %d", ranks), append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, accum)...)...)
+	log := exe(fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, accum)...), extra...)...)
 	if !strings.Contains(log, fmt.Sprintf(`"ranks":%d`, ranks)) || !strings.Contains(log, fmt.Sprintf(`"global_batch":%d`, 5*ranks*accum)) {
 		t.Errorf("the run did not report %d ranks and a global batch of %d:\n%s", ranks, 5*ranks*accum, log)
 	}

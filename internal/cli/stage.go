@@ -25,6 +25,7 @@ import (
 	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/sft"
 	"github.com/gochat-ai/gochat/train"
+	"github.com/gochat-ai/gochat/zero"
 )
 
 // StageOptions are the options of `gochat sft` and `gochat reward`; flag
@@ -44,7 +45,8 @@ type StageOptions struct {
 	WeightDecay   float64  `json:"weight_decay"`
 	Epochs        int      `json:"num_train_epochs"`
 	MaxSteps      int      `json:"max_steps"`
-	GradAccum     int      `json:"gradient_accumulation_steps"`
+	GradAccum     int      `json:"-"` // in GlobalBatch
+	ZeROStage     int      `json:"-"` // changes only the summation order
 	Scheduler     string   `json:"lr_scheduler_type"`
 	Warmup        int      `json:"num_warmup_steps"`
 	Seed          uint64   `json:"seed"`
@@ -71,9 +73,12 @@ type StageOptions struct {
 	Columns       data.ColumnMap
 	Revision      string `json:"revision,omitempty"`
 	DataRevision  string `json:"data_revision,omitempty"`
-	// Ranks is the number of data-parallel ranks when more than one (it
-	// changes the global batch, so a run's fingerprint includes it).
-	Ranks int `json:"ranks,omitempty"`
+	// Ranks is the number of data-parallel ranks. A run's fingerprint
+	// holds the global batch (per-device batch × accumulation × ranks)
+	// instead: the same global batch on another number of ranks computes
+	// the same batches, so a checkpoint resumes there.
+	Ranks       int `json:"-"`
+	GlobalBatch int `json:"global_batch_size"`
 	split data.Split
 	// modelDir and tokDir are the local directories of Model and Tokenizer
 	// (Hub snapshots for Hub ids).
@@ -142,6 +147,7 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.IntVar(&o.Epochs, "num-train-epochs", 1, "epochs")
 	f.IntVar(&o.MaxSteps, "max-steps", 0, "total optimizer steps, overriding --num-train-epochs (0: epochs decide)")
 	f.IntVar(&o.GradAccum, "gradient-accumulation-steps", 1, "micro-batches per optimizer step")
+	f.IntVar(&o.ZeROStage, "zero-stage", 0, "ZeRO stage over MPI ranks: 0 replicates everything, 1 partitions the optimizer state, 2 also the gradients, 3 also the parameters")
 	f.StringVar(&o.Scheduler, "lr-scheduler-type", "cosine", "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup")
 	f.IntVar(&o.Warmup, "num-warmup-steps", 0, "linear warm-up steps")
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of the data split, shuffling, dropout and initialisation")
@@ -190,6 +196,8 @@ func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error)
 		return usageErrorf("--dropout must be in [0, 1) (or -1 for the model's)")
 	case !(o.LR > 0):
 		return usageErrorf("--learning-rate must be > 0")
+	case zero.Stage(o.ZeROStage).Validate() != nil:
+		return usageErrorf("--zero-stage %d: want 0, 1, 2 or 3", o.ZeROStage)
 	}
 	sp, err := checkScheduleAndSplit(o.Scheduler, o.DataSplit)
 	if err != nil {
@@ -305,9 +313,8 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	if err := resolveAndPreflight(o.g, o.Revision, resolve, o.preflight, [2]string{"--model", o.Model}); err != nil {
 		return err
 	}
-	if n := ranks.comm.Size(); n > 1 {
-		o.Ranks = n
-	}
+	o.Ranks = ranks.comm.Size()
+	o.GlobalBatch = o.TrainBatch * o.GradAccum * o.Ranks
 	if ranks.writer() {
 		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 			return err
@@ -366,7 +373,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	cfg := train.Config{TrainSize: len(trainSet.Examples), MicroBatch: o.TrainBatch, GradAccum: o.GradAccum,
 		Epochs: o.Epochs, MaxSteps: o.MaxSteps, Schedule: o.Scheduler, Warmup: o.Warmup, ClipNorm: o.MaxGradNorm,
 		AdamW: optim.DefaultAdamW, EvalEvery: o.EvalInterval, SaveEvery: o.SaveInterval, Seed: o.Seed,
-		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm}
+		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm, ZeRO: zero.Stage(o.ZeROStage)}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		cfg.Progress = o.g.Err
 	}

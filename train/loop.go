@@ -285,6 +285,11 @@ func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Train
 		return nil, err
 	}
 	defer opt.Free()
+	if cfg.ranks() > 1 {
+		p, g, s := opt.Held()
+		cfg.Log.Info().Int("zero_stage", int(cfg.ZeRO)).Int64("param_bytes", p).Int64("grad_bytes", g).
+			Int64("optimizer_bytes", s).Int64("model_state_bytes", p+g+s).Msg("trained state held per rank")
+	}
 	res, err := RunRounds(ctx, dev, cfg, &sgdStage{st: st, opt: opt, seed: cfg.Seed})
 	if err != nil {
 		return nil, err

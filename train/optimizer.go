@@ -214,6 +214,33 @@ func (o *Optimizer) Consolidate() error {
 	return nil
 }
 
+// Held is what this rank holds of the trained state between steps, in
+// bytes: parameters and gradients of the Trainable's flats (under ZeRO-3
+// and ZeRO-2, only the ranges this rank owns of the flats the model's
+// passes gather and reduce), and the optimizer state (AdamW's moments and
+// the master weights' low halves) of the ranges it updates.
+func (o *Optimizer) Held() (params, grads, state int64) {
+	for i, f := range o.flats {
+		pn, gn := f.Params.Len(), f.Grads.Len()
+		if o.sh != nil && o.sh.flats[i].hooked {
+			owned := o.sh.flats[i].x.Layout().OwnedElems()
+			gn = owned
+			if o.sh.stage.PartitionsParams() {
+				pn = owned
+			}
+		}
+		params += int64(pn * f.Params.DType().Size())
+		grads += int64(gn * f.Grads.DType().Size())
+	}
+	for _, g := range o.adam.Groups() {
+		for _, s := range g.Segments {
+			m, lo := optim.StateBytes(s.Params.Len(), s.Params.DType())
+			state += int64(m + lo)
+		}
+	}
+	return params, grads, state
+}
+
 // Sharded reports whether ranks hold different parts of the state (ZeRO
 // 1-3 on several ranks): each then checkpoints its own.
 func (o *Optimizer) Sharded() bool { return o.sh != nil }

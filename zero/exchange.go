@@ -20,7 +20,7 @@ type Exchange struct {
 	comm  dist.Comm
 	dev   kernels.Device
 	lay   Layout
-	chunk int                                  // elements of each rank's piece per collective
+	chunk int                                 // elements of each rank's piece per collective
 	stage map[kernels.DType][2]kernels.Buffer // per dtype: [chunk] and [Size·chunk]
 }
 

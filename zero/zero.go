@@ -1,9 +1,13 @@
-// Package zero plans ZeRO data parallelism (stages 0-3) over a dist.Comm:
-// which rank owns which slice of the flat parameter, gradient and optimizer
-// buffers. Stage 1 partitions the optimizer state, stage 2 also the
-// gradients (reduce-scattered instead of all-reduced), stage 3 also the
-// parameters (gathered for the forward and backward passes, and once per
-// generation phase by the hybrid engine).
+// Package zero is the data movement of ZeRO data parallelism (stages 0-3)
+// over a dist.Comm: which rank owns which range of a flat parameter,
+// gradient or optimizer buffer (Layout: the buffer cut into units, each
+// split evenly over the ranks), and the collectives that gather a unit
+// from its owners or reduce-scatter its sum into them (Exchange). Stage 1
+// partitions the optimizer state, stage 2 also the gradients
+// (reduce-scattered instead of all-reduced), stage 3 also the parameters
+// (gathered for the forward and backward passes, and once per generation
+// phase by the hybrid engine). train.Optimizer applies the stages; the
+// model's passes drive stages 2 and 3 through model.ParamHook.
 package zero
 
 import "fmt"

@@ -79,7 +79,7 @@ type StageOptions struct {
 	// the same batches, so a checkpoint resumes there.
 	Ranks       int `json:"-"`
 	GlobalBatch int `json:"global_batch_size"`
-	split data.Split
+	split       data.Split
 	// modelDir and tokDir are the local directories of Model and Tokenizer
 	// (Hub snapshots for Hub ids).
 	modelDir, tokDir string

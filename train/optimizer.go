@@ -70,6 +70,15 @@ func NewOptimizer(dev kernels.Device, tr Trainable, c OptimizerConfig) (*Optimiz
 		return nil, err
 	}
 	o := &Optimizer{dev: dev, sched: sched, tr: tr, clip: c.ClipNorm, comm: c.Comm, flats: flats, at: at}
+	for g, grp := range tr.Groups {
+		for i, seg := range grp.Segments {
+			// Checkpoints name a BF16 segment's master halves (two per I32)
+			// by the halved offset (StateBuffers).
+			if seg.Params.DType() != kernels.F32 && at[g][i].Off%2 != 0 {
+				return nil, fmt.Errorf("train: bf16 segment %s starts at odd element %d of %s", seg.Name, at[g][i].Off, flats[at[g][i].Flat].Name)
+			}
+		}
+	}
 	groups := tr.Groups
 	if c.ZeRO.PartitionsOptimizer() && c.Comm != nil && c.Comm.Size() > 1 {
 		if o.sh, groups, o.at, err = newSharded(dev, c.Comm, c.ZeRO, tr); err != nil {

@@ -154,110 +154,68 @@ func ReadRecord(dir string, record any) error {
 func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) error {
 	cdir := checkpointPath(dir)
 	files, _ := filepath.Glob(filepath.Join(cdir, "state*.safetensors"))
-	sort.Strings(files)
-	var cks []*tensor.Checkpoint
-	defer func() {
-		for _, ck := range cks {
-			ck.Close()
-		}
-	}()
+	if len(files) == 0 {
+		return fmt.Errorf("checkpoint %s: no %s", cdir, stateTensors)
+	}
+	// A saved tensor, as a range of its logical tensor: a plain tensor is
+	// its range from 0, so a range loads from a plain tensor and the
+	// reverse.
 	type saved struct {
 		ck       *tensor.Checkpoint
 		name     string
 		off, len int
 	}
-	plain := map[string]saved{}
-	ranges := map[string][]saved{}
+	ranges := map[string][]*saved{} // by logical name
 	for _, f := range files {
 		ck, err := tensor.Open(f)
 		if err != nil {
 			return err
 		}
-		cks = append(cks, ck)
+		defer ck.Close()
 		for _, name := range ck.Names() {
 			info, _ := ck.Info(name)
-			s := saved{ck: ck, name: name, len: info.Numel()}
-			// A whole tensor is also its range from 0, so a range of it
-			// loads from a plain tensor and the reverse.
-			base, off, ok := parseRange(name)
-			if !ok {
-				plain[name] = s
-			}
-			s.off = off
-			ranges[base] = append(ranges[base], s)
+			base, off, _ := parseRange(name)
+			ranges[base] = append(ranges[base], &saved{ck: ck, name: name, off: off, len: info.Numel()})
 		}
 	}
-	if len(cks) == 0 {
-		return fmt.Errorf("checkpoint %s: no %s", cdir, stateTensors)
-	}
-	write := func(b kernels.Buffer, off int, h []float32) {
-		dst := b.Slice(off, len(h))
-		if b.DType() == kernels.I32 {
-			bits := make([]int32, len(h))
-			for i, v := range h {
-				bits[i] = int32(math.Float32bits(v))
-			}
-			dev.WriteI32(dst, bits)
-			return
-		}
-		dev.WriteF32(dst, h)
-	}
-	// Requested ranges, per saved tensor that covers part of them, so that
-	// each saved tensor is read once.
+	// Which saved tensors cover which requested buffers, so each saved
+	// tensor is read once.
 	type want struct {
-		b       kernels.Buffer
-		name    string
-		off     int
-		covered int
+		b            kernels.Buffer
+		name         string
+		off, covered int
 	}
 	var wants []*want
-	bySaved := map[*saved][]*want{}
-	savedPtr := map[string]*saved{}
+	var reads []*saved
+	covers := map[*saved][]*want{}
 	for _, name := range sortedKeys(bufs) {
 		b := bufs[name]
 		base, off, isRange := parseRange(name)
-		if s, ok := plain[name]; ok && !isRange {
-			if s.len != b.Len() {
-				return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", cdir, name, s.len, b.Len())
-			}
-			h := make([]float32, b.Len())
-			if err := s.ck.ReadF32(name, h); err != nil {
-				return err
-			}
-			write(b, 0, h)
-			continue
-		}
 		if len(ranges[base]) == 0 {
 			return fmt.Errorf("checkpoint %s: tensor %q is missing", cdir, name)
 		}
 		w := &want{b: b, name: name, off: off}
 		wants = append(wants, w)
 		for _, s := range ranges[base] {
+			if !isRange && s.name == name && s.len != b.Len() { // a whole tensor of another size
+				return fmt.Errorf("checkpoint %s: tensor %q has %d elements, the model %d", cdir, name, s.len, b.Len())
+			}
 			if s.off < off+b.Len() && off < s.off+s.len {
-				key := fmt.Sprintf("%p/%s", s.ck, s.name)
-				p, ok := savedPtr[key]
-				if !ok {
-					p = &saved{ck: s.ck, name: s.name, off: s.off, len: s.len}
-					savedPtr[key] = p
+				if covers[s] == nil {
+					reads = append(reads, s)
 				}
-				bySaved[p] = append(bySaved[p], w)
+				covers[s] = append(covers[s], w)
 			}
 		}
 	}
-	keys := make([]string, 0, len(savedPtr))
-	for k := range savedPtr {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		s := savedPtr[k]
+	for _, s := range reads {
 		h := make([]float32, s.len)
 		if err := s.ck.ReadF32(s.name, h); err != nil {
 			return err
 		}
-		for _, w := range bySaved[s] {
+		for _, w := range covers[s] {
 			lo, hi := max(s.off, w.off), min(s.off+s.len, w.off+w.b.Len())
-			write(w.b, lo-w.off, h[lo-s.off:hi-s.off])
+			writeStored(dev, w.b.Slice(lo-w.off, hi-lo), h[lo-s.off:hi-s.off])
 			w.covered += hi - lo
 		}
 	}
@@ -267,6 +225,20 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 		}
 	}
 	return nil
+}
+
+// writeStored writes stored values into dst: F32 tensors hold BF16
+// buffers widened and I32 buffers bit for bit (writeTensors).
+func writeStored(dev kernels.Device, dst kernels.Buffer, h []float32) {
+	if dst.DType() == kernels.I32 {
+		bits := make([]int32, len(h))
+		for i, v := range h {
+			bits[i] = int32(math.Float32bits(v))
+		}
+		dev.WriteI32(dst, bits)
+		return
+	}
+	dev.WriteF32(dst, h)
 }
 
 // checkpoint writes the loop's full training state to Dir/checkpoint.

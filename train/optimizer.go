@@ -211,12 +211,9 @@ func (o *Optimizer) Consolidate() error {
 		return nil
 	}
 	for _, f := range o.sh.flats {
-		if !f.hooked {
-			continue
-		}
-		for u := range f.x.Layout().Units {
-			if err := f.x.Gather(f.flat.Params, u); err != nil {
-				return fmt.Errorf("gather %s: %w", f.flat.Name, err)
+		if f.hooked {
+			if err := f.gatherParams(); err != nil {
+				return err
 			}
 		}
 	}

@@ -156,6 +156,16 @@ func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainab
 	return so, groups, where, nil
 }
 
+// gatherParams all-gathers every unit of the flat's parameters.
+func (f *sharded) gatherParams() error {
+	for u := range f.x.Layout().Units {
+		if err := f.x.Gather(f.flat.Params, u); err != nil {
+			return fmt.Errorf("parameters of %s: %w", f.flat.Name, err)
+		}
+	}
+	return nil
+}
+
 // free releases the staging memory and unhooks the models.
 func (so *shardedOptimizer) free() {
 	for _, f := range so.flats {
@@ -223,10 +233,8 @@ func (so *shardedOptimizer) gather() error {
 		if f.hooked && so.stage.PartitionsParams() {
 			continue
 		}
-		for u := range f.x.Layout().Units {
-			if err := f.x.Gather(f.flat.Params, u); err != nil {
-				return fmt.Errorf("parameters of %s: %w", f.flat.Name, err)
-			}
+		if err := f.gatherParams(); err != nil {
+			return err
 		}
 	}
 	return nil

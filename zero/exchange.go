@@ -74,16 +74,40 @@ func (x *Exchange) maxShard() int {
 	return m
 }
 
-// chunks calls f for each chunk [c0, c0+c) of the pieces of unit u, with
-// valid(q) the number of the chunk's elements of rank q's piece that lie
+// chunk is one collective's share of a unit: elements [c0, c0+c) of
+// every rank's piece, with the staging buffers of the unit's dtype.
+type chunk struct {
+	c0, c   int
+	in, out kernels.Buffer // staging: c elements, and Size·c
+	buf     kernels.Buffer
+	un      Unit
+}
+
+// valid is the number of the chunk's elements of rank q's piece that lie
 // inside the unit (the rest is padding).
-func (x *Exchange) chunks(u int, f func(c0, c int, valid func(q int) int) error) error {
+func (k chunk) valid(q int) int { return max(0, min(k.c, k.un.N-(q*k.un.Plan.Shard+k.c0))) }
+
+// piece is the first v elements of the chunk of rank q's piece, in buf.
+func (k chunk) piece(q, v int) kernels.Buffer {
+	return k.buf.Slice(k.un.Off+q*k.un.Plan.Shard+k.c0, v)
+}
+
+// chunks checks buf against the layout and calls f for each chunk of
+// unit u; op names the collective in errors.
+func (x *Exchange) chunks(op string, buf kernels.Buffer, u int, f func(k chunk) error) error {
+	if buf.Len() != x.lay.N {
+		return fmt.Errorf("zero: %s of a buffer of %d elements, layout of %d", op, buf.Len(), x.lay.N)
+	}
+	in, out, err := x.buffers(buf.DType())
+	if err != nil {
+		return err
+	}
 	un := x.lay.Units[u]
 	for c0 := 0; c0 < un.Plan.Shard; c0 += x.chunk {
 		c := min(x.chunk, un.Plan.Shard-c0)
-		valid := func(q int) int { return max(0, min(c, un.N-(q*un.Plan.Shard+c0))) }
-		if err := f(c0, c, valid); err != nil {
-			return err
+		k := chunk{c0: c0, c: c, in: in.Slice(0, c), out: out.Slice(0, c*x.lay.Size), buf: buf, un: un}
+		if err := f(k); err != nil {
+			return fmt.Errorf("zero: %s of unit %d: %w", op, u, err)
 		}
 	}
 	return nil
@@ -92,32 +116,23 @@ func (x *Exchange) chunks(u int, f func(c0, c int, valid func(q int) int) error)
 // Gather fills unit u of buf on every rank with the pieces their owners
 // hold (all-gather).
 func (x *Exchange) Gather(buf kernels.Buffer, u int) error {
-	if buf.Len() != x.lay.N {
-		return fmt.Errorf("zero: gather into a buffer of %d elements, layout of %d", buf.Len(), x.lay.N)
-	}
-	in, out, err := x.buffers(buf.DType())
-	if err != nil {
-		return err
-	}
-	un, r, d := x.lay.Units[u], x.lay.Rank, x.dev
-	at := func(q, c0 int) int { return un.Off + q*un.Plan.Shard + c0 }
-	return x.chunks(u, func(c0, c int, valid func(int) int) error {
-		src := in.Slice(0, c)
-		if v := valid(r); v == c {
-			src = buf.Slice(at(r, c0), c)
+	r, d := x.lay.Rank, x.dev
+	return x.chunks("all-gather", buf, u, func(k chunk) error {
+		src := k.in
+		if v := k.valid(r); v == k.c {
+			src = k.piece(r, v) // whole: sent from where it lies
 		} else {
 			d.Zero(src)
 			if v > 0 {
-				d.Copy(src.Slice(0, v), buf.Slice(at(r, c0), v))
+				d.Copy(src.Slice(0, v), k.piece(r, v))
 			}
 		}
-		dst := out.Slice(0, c*x.lay.Size)
-		if err := x.comm.AllGather(dst, src); err != nil {
-			return fmt.Errorf("zero: all-gather of unit %d: %w", u, err)
+		if err := x.comm.AllGather(k.out, src); err != nil {
+			return err
 		}
 		for q := range x.lay.Size {
-			if v := valid(q); q != r && v > 0 {
-				d.Copy(buf.Slice(at(q, c0), v), dst.Slice(q*c, v))
+			if v := k.valid(q); q != r && v > 0 {
+				d.Copy(k.piece(q, v), k.out.Slice(q*k.c, v))
 			}
 		}
 		return nil
@@ -128,33 +143,23 @@ func (x *Exchange) Gather(buf kernels.Buffer, u int) error {
 // (in place). The rest of the unit keeps this rank's own values; callers
 // zero or Release it.
 func (x *Exchange) ReduceScatter(buf kernels.Buffer, u int) error {
-	if buf.Len() != x.lay.N {
-		return fmt.Errorf("zero: reduce-scatter of a buffer of %d elements, layout of %d", buf.Len(), x.lay.N)
-	}
-	in, out, err := x.buffers(buf.DType())
-	if err != nil {
-		return err
-	}
-	un, r, d := x.lay.Units[u], x.lay.Rank, x.dev
-	at := func(q, c0 int) int { return un.Off + q*un.Plan.Shard + c0 }
-	return x.chunks(u, func(c0, c int, valid func(int) int) error {
-		src := out.Slice(0, c*x.lay.Size)
+	r, d := x.lay.Rank, x.dev
+	return x.chunks("reduce-scatter", buf, u, func(k chunk) error {
 		for q := range x.lay.Size {
-			dst := src.Slice(q*c, c)
-			v := valid(q)
-			if v < c {
+			dst := k.out.Slice(q*k.c, k.c)
+			v := k.valid(q)
+			if v < k.c {
 				d.Zero(dst)
 			}
 			if v > 0 {
-				d.Copy(dst.Slice(0, v), buf.Slice(at(q, c0), v))
+				d.Copy(dst.Slice(0, v), k.piece(q, v))
 			}
 		}
-		sum := in.Slice(0, c)
-		if err := x.comm.ReduceScatterSum(sum, src); err != nil {
-			return fmt.Errorf("zero: reduce-scatter of unit %d: %w", u, err)
+		if err := x.comm.ReduceScatterSum(k.in, k.out); err != nil {
+			return err
 		}
-		if v := valid(r); v > 0 {
-			d.Copy(buf.Slice(at(r, c0), v), sum.Slice(0, v))
+		if v := k.valid(r); v > 0 {
+			d.Copy(k.piece(r, v), k.in.Slice(0, v))
 		}
 		return nil
 	})

@@ -168,17 +168,7 @@ func (c *comm) Size() int { return c.g.size }
 
 // AllReduceSum implements dist.Comm.
 func (c *comm) AllReduceSum(buf kernels.Buffer) error {
-	var res []float32
-	err := c.exchange("all-reduce", buf, func(bufs []kernels.Buffer) error {
-		res = narrow(c.sum(bufs, 0, buf.Len()))
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Written after every rank has read (exchange's second barrier).
-	c.dev.WriteF32(buf, res)
-	return c.g.barrier()
+	return c.reduce("all-reduce", buf, 0, buf)
 }
 
 // ReduceScatterSum implements dist.Comm.
@@ -187,9 +177,16 @@ func (c *comm) ReduceScatterSum(out, in kernels.Buffer) error {
 	if in.Len() != n*c.g.size {
 		return fmt.Errorf("disttest: reduce-scatter of %d elements into %d on %d ranks", in.Len(), n, c.g.size)
 	}
+	return c.reduce("reduce-scatter", in, c.rank*n, out)
+}
+
+// reduce writes into out the sum over ranks of elements [off, off+out.Len())
+// of their in. out is written only after every rank has read (exchange's
+// second barrier), so it may be in.
+func (c *comm) reduce(op string, in kernels.Buffer, off int, out kernels.Buffer) error {
 	var res []float32
-	err := c.exchange("reduce-scatter", in, func(bufs []kernels.Buffer) error {
-		res = narrow(c.sum(bufs, c.rank*n, n))
+	err := c.exchange(op, in, func(bufs []kernels.Buffer) error {
+		res = narrow(c.sum(bufs, off, out.Len()))
 		return nil
 	})
 	if err != nil {

@@ -27,6 +27,9 @@ func (d *Device) AdamWStep(params, grads, m, v kernels.Buffer, n int, lr, beta1,
 	u := newAdamWUpdate(lr, beta1, beta2, eps, weightDecay, gradScale, step)
 	d.parallelFor(n, elemGrain/2, func(lo, hi int) {
 		p, g, mm, vv := p[lo:hi], g[lo:hi], mm[lo:hi], vv[lo:hi]
+		if d.adamWVec(&u, p, nil, nil, g, mm, vv) {
+			return
+		}
 		for i := range p {
 			p[i], mm[i], vv[i] = u.apply(p[i], g[i], mm[i], vv[i])
 		}
@@ -49,6 +52,9 @@ func (d *Device) AdamWStepBF16(params, lo, grads, m, v kernels.Buffer, n int, lr
 	u := newAdamWUpdate(lr, beta1, beta2, eps, weightDecay, gradScale, step)
 	d.parallelFor(n, elemGrain/2, func(a, b int) {
 		p, l, g, mm, vv := p[a:b], l[a:b], g[a:b], mm[a:b], vv[a:b]
+		if d.adamWVec(&u, nil, p, l, g, mm, vv) {
+			return
+		}
 		for i := range p {
 			var w float32
 			w, mm[i], vv[i] = u.apply(JoinMaster(p[i], l[i]), g[i], mm[i], vv[i])
@@ -114,7 +120,7 @@ func (u *adamWUpdate) apply(p, g, m, v float32) (float32, float32, float32) {
 	}
 	p *= u.decay
 	m = lerp(m, g, u.w1)
-	v = v*u.b2 + u.w2*g*g
+	v = float32(v*u.b2) + float32(u.w2*g*g) // conversions: never fused
 	denom := float32(math.Sqrt(float64(v)))/u.bc2s + u.eps
 	return p + u.negStep*m/denom, m, v
 }
@@ -139,7 +145,9 @@ func (d *Device) SumSquares(xs ...kernels.Buffer) float64 {
 	return s
 }
 
-// sumSquares is SumSquares of one slice.
+// sumSquares is SumSquares of one slice: goSumSquares of each block of
+// 2¹⁴ elements (with AVX-512 where there is one), the blocks' sums added
+// in order.
 func (d *Device) sumSquares(v []float32) float64 {
 	n := len(v)
 	const block = 1 << 14
@@ -147,21 +155,10 @@ func (d *Device) sumSquares(v []float32) float64 {
 	parts := make([]float64, nb)
 	d.parallelFor(nb, 2, func(lo, hi int) {
 		for bi := lo; bi < hi; bi++ {
-			var s0, s1, s2, s3 float64
 			r := v[bi*block : min(n, (bi+1)*block)]
-			j := 0
-			for ; j+3 < len(r); j += 4 {
-				a, b, c, e := float64(r[j]), float64(r[j+1]), float64(r[j+2]), float64(r[j+3])
-				s0 += a * a
-				s1 += b * b
-				s2 += c * c
-				s3 += e * e
+			if !d.sumSquaresVec(r, &parts[bi]) {
+				parts[bi] = goSumSquares(r)
 			}
-			for ; j < len(r); j++ {
-				a := float64(r[j])
-				s0 += a * a
-			}
-			parts[bi] = (s0 + s1) + (s2 + s3)
 		}
 	})
 	var s float64
@@ -169,4 +166,27 @@ func (d *Device) sumSquares(v []float32) float64 {
 		s += p
 	}
 	return s
+}
+
+// goSumSquares returns Σ x[i]², each square rounded to float64 and added
+// to lane i mod 32; the lanes are then added in the AVX-512 routine's
+// order: lane j with j+8, j+16 with j+24, those two, then halves of 4, 2
+// and 1. The conversion keeps the compiler from fusing a square and its
+// sum.
+func goSumSquares(x []float32) float64 {
+	var t [32]float64
+	for i, e := range x {
+		a := float64(e)
+		t[i&31] += float64(a * a)
+	}
+	var u [8]float64
+	for j := range u {
+		u[j] = (t[j] + t[8+j]) + (t[16+j] + t[24+j])
+	}
+	for w := 4; w >= 1; w /= 2 {
+		for j := range w {
+			u[j] += u[j+w]
+		}
+	}
+	return u[0]
 }

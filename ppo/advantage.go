@@ -186,8 +186,9 @@ const whitenEps = 1e-8
 // Whiten normalises x ([B,T]) over the counted answer positions (t ≥ Start,
 // mask ≠ 0) of the whole batch: x ← (x − mean)/sqrt(var + 1e-8) with the
 // masked mean and the biased masked variance. Every other position is set to
-// 0. With no counted position, x is zeroed. In data-parallel training the
-// moments would have to be all-reduced first; this is the local version.
+// 0. With no counted position, x is zeroed. This is the local version;
+// data-parallel training whitens with the moments of every stream's
+// micro-batch (Trainer.TrainIteration).
 func Whiten[F Float](x []F, mask []int32, s Shape) {
 	s.must(len(x), len(mask))
 	var sum float64
@@ -200,7 +201,16 @@ func Whiten[F Float](x []F, mask []int32, s Shape) {
 	mean := sum / float64(n)
 	var ss float64
 	forCounted(mask, s, func(i int) { d := float64(x[i]) - mean; ss += d * d })
-	rstd := 1 / math.Sqrt(ss/float64(n)+whitenEps)
+	whitenWith(x, mask, s, mean, 1/math.Sqrt(ss/float64(n)+whitenEps), true)
+}
+
+// whitenWith sets the counted positions of x to (x − mean)·rstd and every
+// other position to 0 (all of them when !any: nothing was counted).
+func whitenWith[F Float](x []F, mask []int32, s Shape, mean, rstd float64, any bool) {
+	if !any {
+		clear(x)
+		return
+	}
 	for b := range s.B {
 		for t := range s.T {
 			i := b*s.T + t

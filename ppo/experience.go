@@ -111,6 +111,12 @@ func (g GenStats) TokensPerSecond() float64 {
 // no dropout), so they equal the rollout's generation log-probs up to
 // rounding; the engine is left in Train mode.
 func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
+	return t.generate(p, true)
+}
+
+// generate is GenerateExperience; with scale false the scores stay raw
+// (Run scales a round's scores in generation-batch order over all ranks).
+func (t *Trainer) generate(p hybridengine.Prompts, scale bool) (*Batch, error) {
 	e := t.m.Actor
 	ro, err := e.Generate(p)
 	if err != nil {
@@ -162,7 +168,7 @@ func (t *Trainer) GenerateExperience(p hybridengine.Prompts) (*Batch, error) {
 		return nil, fmt.Errorf("ppo: reward forward: %w", err)
 	}
 	bt.RawScores = append([]float32(nil), scores...)
-	if t.cfg.ScoreScaling {
+	if t.cfg.ScoreScaling && scale {
 		t.moments.Scale(scores, t.cfg.ScoreNorm)
 	}
 	gs.ForwardSeconds = time.Since(t0).Seconds()

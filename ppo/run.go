@@ -27,6 +27,12 @@ type RunConfig struct {
 
 	GenBatch   int // prompts per generation batch (per_device_generation_batch_size)
 	TrainBatch int // experience rows per PPO micro-batch (per_device_training_batch_size)
+	// GradAccum is the streams each rank trains on per PPO iteration
+	// (gradient_accumulation_steps; 0 means 1): a round holds
+	// GenerationBatches generation batches per stream, and each PPO
+	// iteration accumulates one micro-batch of every stream before the
+	// optimizer steps (see the package's data parallelism).
+	GradAccum int
 	Epochs     int // passes over the prompts (num_train_epochs)
 	MaxSteps   int // generation batches of the run, overriding Epochs (0: Epochs decide)
 	// SaveEvery checkpoints once this many generation batches have been
@@ -105,32 +111,48 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 	if err := cfg.check(m, d); err != nil {
 		return nil, err
 	}
-	gb := cfg.GenerationBatches
+	if cfg.GradAccum == 0 {
+		cfg.GradAccum = 1
+	}
+	g := group{comm: cfg.Comm, dev: dev}
+	ranks := g.size()
+	gb := cfg.GenerationBatches * cfg.GradAccum // a rank's generation batches per round
 	tcfg := train.Config{TrainSize: len(d.Prompts), MicroBatch: cfg.GenBatch, GradAccum: gb, Epochs: cfg.Epochs,
 		MaxBatches: cfg.MaxSteps, Seed: cfg.Seed, Dir: cfg.Dir, Fingerprint: cfg.Fingerprint, Resume: cfg.Resume,
-		Log: cfg.Log, LogMsg: "ppo", ProgressKey: "reward_score", Progress: cfg.Progress, Events: cfg.Events}
+		Log: cfg.Log, LogMsg: "ppo", ProgressKey: "reward_score", Progress: cfg.Progress, Events: cfg.Events, Comm: cfg.Comm}
 	if cfg.SaveEvery > 0 {
-		tcfg.SaveEvery = (cfg.SaveEvery + gb - 1) / gb
+		tcfg.SaveEvery = (cfg.SaveEvery + gb*ranks - 1) / (gb * ranks)
 	}
 	// The schedules count PPO iterations: an estimate (rows with at most one
 	// answer token are dropped), past which they hold their end value.
-	cfg.Iterations = tcfg.TotalBatches() * ((cfg.GenBatch + cfg.TrainBatch - 1) / cfg.TrainBatch) * cfg.PPOEpochs
+	streams := cfg.GradAccum * ranks
+	perBatch := (cfg.GenBatch + cfg.TrainBatch - 1) / cfg.TrainBatch
+	cfg.Iterations = (tcfg.TotalBatches()*perBatch + streams - 1) / streams * cfg.PPOEpochs
 	tr, err := NewTrainer(cfg.Config, cfg.Options, m)
 	if err != nil {
 		return nil, err
+	}
+	if ranks > 1 {
+		ap, ag, as := tr.actorOpt.Held()
+		cp, cg, cs := tr.criticOpt.Held()
+		cfg.Log.Info().Int("actor_zero_stage", int(cfg.ActorZeRO)).Int("critic_zero_stage", int(cfg.CriticZeRO)).
+			Int64("actor_state_bytes", ap+ag+as).Int64("critic_state_bytes", cp+cg+cs).Msg("trained state held per rank")
 	}
 	actor, err := m.Actor.Model()
 	if err != nil {
 		return nil, err
 	}
-	st := &stage{cfg: cfg, d: d, tr: tr, generate: tr.GenerateExperience, scoreEMA: ScoreEMA{Alpha: cfg.ScoreEMAAlpha},
-		col: data.Collator{T: d.PromptLen, PAD: d.PAD}, unsupCol: data.Collator{T: d.UnsupLen, PAD: d.PAD},
-		eos: int32(actor.Config.EOSTokenID)}
+	st := newStage(cfg, d, tr, g, func(p hybridengine.Prompts) (*Batch, error) { return tr.generate(p, false) })
+	st.eos = int32(actor.Config.EOSTokenID)
 	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).
 		Int("rounds", tcfg.TotalSteps()).Int("ppo_iterations", cfg.Iterations).Msg("step 3")
 	start := time.Now()
 	res, err := train.RunRounds(ctx, dev, tcfg, st)
 	if err != nil {
+		return nil, err
+	}
+	// The caller saves the models: ZeRO-3 gives every rank all of them.
+	if err := tr.Consolidate(); err != nil {
 		return nil, err
 	}
 	tm := st.timing
@@ -141,7 +163,7 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 	if tm.TrainingSeconds > 0 {
 		tm.TrainingTokensPerSec = float64(tm.TrainingTokens) / tm.TrainingSeconds
 	}
-	if cfg.Dir != "" {
+	if cfg.Dir != "" && g.rank() == 0 {
 		b, _ := json.MarshalIndent(tm, "", "  ")
 		if err := atomicfile.WriteFile(filepath.Join(cfg.Dir, TimingFile), append(b, '\n')); err != nil {
 			return nil, err
@@ -161,8 +183,8 @@ func (cfg *RunConfig) check(m Models, d Data) error {
 		return fmt.Errorf("ppo: prompt length %d", d.PromptLen)
 	case d.Unsup != nil && d.UnsupLen < 2:
 		return fmt.Errorf("ppo: unsupervised block length %d", d.UnsupLen)
-	case cfg.SaveEvery < 0 || cfg.MaxSteps < 0:
-		return fmt.Errorf("ppo: negative save interval or max steps")
+	case cfg.SaveEvery < 0 || cfg.MaxSteps < 0 || cfg.GradAccum < 0:
+		return fmt.Errorf("ppo: negative save interval, max steps or gradient accumulation")
 	}
 	return nil
 }
@@ -206,20 +228,58 @@ type stage struct {
 	timing   Timing
 	eos      int32 // the actor's end-of-sequence id
 	round    roundState
+	g        group
+	streams  int // over all ranks
 }
 
-// roundState is what a round has gathered since its first batch: its
-// experience, the batches skipped and the grading of its answers.
+// roundState is what a round has gathered on this rank since its first
+// batch: its experience and each batch's stream, the batches computed
+// (skipped ones included), the batches skipped and the grading of its
+// answers; began once the models are gathered for the experience phase.
 type roundState struct {
 	pending       []*Batch
+	local         []int // each pending batch's index among this rank's batches of the round
+	batches       int
 	skipped       int
 	right, graded int
+	began         bool
+}
+
+// newStage is step 3's stage for cfg (GradAccum set) on the ranks of g;
+// generate produces a batch of experience with raw scores.
+func newStage(cfg RunConfig, d Data, tr *Trainer, g group, generate func(hybridengine.Prompts) (*Batch, error)) *stage {
+	return &stage{cfg: cfg, d: d, tr: tr, generate: generate, scoreEMA: ScoreEMA{Alpha: cfg.ScoreEMAAlpha},
+		g: g, streams: cfg.GradAccum * g.size(),
+		col: data.Collator{T: d.PromptLen, PAD: d.PAD}, unsupCol: data.Collator{T: d.UnsupLen, PAD: d.PAD}}
+}
+
+// begin gathers the models for the experience phase, once a round.
+func (s *stage) begin() error {
+	if s.round.began {
+		return nil
+	}
+	s.round.began = true
+	return s.tr.gatherModels()
+}
+
+// streamOf is the stream of this rank's i-th batch of a round: with A
+// streams a rank, its i mod A-th, numbered over all ranks (rank r holds
+// streams r, r+ranks, ...). One process with ranks·A streams numbers
+// batch m = i·ranks + r the same way: m mod (ranks·A).
+func (s *stage) streamOf(i int) int {
+	a := s.cfg.GradAccum
+	return (i%a)*s.g.size() + s.g.rank()
 }
 
 // Batch generates the experience of generation batch k (prompts idx) and
 // keeps it for the round's Update. A batch whose answers all have at most
 // one token is skipped (counted in the round's skipped_batches).
 func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, error) {
+	if err := s.begin(); err != nil {
+		return train.BatchStats{}, err
+	}
+	i := s.round.batches
+	s.round.batches++
 	exs := make([]data.Example, len(idx))
 	rows := make([]uint64, len(idx))
 	for i, j := range idx {
@@ -259,77 +319,126 @@ func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, er
 		}
 	}
 	s.round.pending = append(s.round.pending, bt)
+	s.round.local = append(s.round.local, i)
 	return train.BatchStats{}, nil
 }
 
-// Update trains PPOEpochs passes over the round's experience, in
-// micro-batches of TrainBatch rows (with mixture training, each followed by
-// an unsupervised step), and returns the round's record: means over its
-// PPO iterations and over its generated answers.
+// Update trains PPOEpochs passes over the round's experience and returns
+// the round's record: means over its PPO iterations and over the answers
+// generated on every rank. Each pass takes the micro-batches of
+// TrainBatch rows of every stream in turn, one per stream at each PPO
+// iteration (TrainIteration; with mixture training an unsupervised step
+// follows), for as many iterations as the longest stream has
+// micro-batches.
 func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, error) {
+	if err := s.begin(); err != nil { // a rank without a batch this round
+		return nil, err
+	}
+	s.tr.partitionModels()
+	if s.cfg.ScoreScaling {
+		if err := s.scaleScores(r.Batches); err != nil {
+			return nil, err
+		}
+	}
+	// Each of this rank's streams: its micro-batches in order.
+	A, R := s.cfg.GradAccum, s.g.size()
+	micro := make([][]*Batch, A)
+	for k, b := range s.round.pending {
+		a := s.round.local[k] % A
+		for lo := 0; lo < len(b.Kept); lo += s.cfg.TrainBatch {
+			micro[a] = append(micro[a], b.Slice(lo, min(lo+s.cfg.TrainBatch, len(b.Kept))))
+		}
+	}
+	counts := make([]float64, s.streams)
+	for a := range A {
+		counts[a*R+s.g.rank()] = float64(len(micro[a]))
+	}
+	if err := s.g.gather(counts); err != nil {
+		return nil, err
+	}
+	iters := 0
+	for _, c := range counts {
+		iters = max(iters, int(c))
+	}
 	sum := map[string]float64{}
 	var last StepStats
 	n, tokens, start := 0, 0, time.Now()
 	for range s.cfg.PPOEpochs {
-		for _, b := range s.round.pending {
-			rows := len(b.Kept)
-			for lo := 0; lo < rows; lo += s.cfg.TrainBatch {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				var ub *UnsupBatch
-				if s.d.Unsup != nil {
-					var err error
-					if ub, err = s.unsupBatch(int(s.tr.steps)); err != nil {
-						return nil, err
+		for j := range iters {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			it := Iteration{Micros: make([]Micro, A), Streams: s.streams, Mixture: s.d.Unsup != nil}
+			for a := range A {
+				m := Micro{Stream: a*R + s.g.rank()}
+				if j < len(micro[a]) {
+					m.Exp = micro[a][j]
+					if it.Mixture {
+						ub, err := s.unsupBatch(int(s.tr.steps)*s.streams + m.Stream)
+						if err != nil {
+							return nil, err
+						}
+						m.Unsup = ub
 					}
 				}
-				st, err := s.tr.TrainStep(b.Slice(lo, min(lo+s.cfg.TrainBatch, rows)), ub)
-				if err != nil {
-					return nil, fmt.Errorf("PPO iteration %d: %w", s.tr.steps, err)
-				}
-				for k, v := range st.means() {
-					sum[k] += v
-				}
-				tokens += st.TrainTokens
-				last = st
-				n++
+				it.Micros[a] = m
 			}
+			st, err := s.tr.TrainIteration(it)
+			if err != nil {
+				return nil, fmt.Errorf("PPO iteration %d: %w", s.tr.steps, err)
+			}
+			for k, v := range st.means() {
+				sum[k] += v
+			}
+			tokens += st.TrainTokens
+			last = st
+			n++
 		}
 	}
 	trainSecs := time.Since(start).Seconds()
 	var g GenStats
-	var scores, lens, kl float64
-	rows := 0
+	// Sums over the ranks: score, answer length and kept rows; KL and
+	// batches with experience; tokens generated, rows dropped, batches
+	// skipped; graded and right answers; reward sequences truncated and
+	// unscorable; training tokens.
+	tot := make([]float64, 13)
 	for _, b := range s.round.pending {
 		g.add(b.Gen)
 		for i := range b.Kept {
-			scores += float64(b.RawScores[i])
-			lens += float64(b.AnswerLens[i])
+			tot[0] += float64(b.RawScores[i])
+			tot[1] += float64(b.AnswerLens[i])
 		}
-		rows += len(b.Kept)
-		kl += KL(b.Exp.LogProbs, b.Exp.RefLogProbs, b.Exp.Mask, b.Exp.Shape)
+		tot[2] += float64(len(b.Kept))
+		tot[3] += KL(b.Exp.LogProbs, b.Exp.RefLogProbs, b.Exp.Mask, b.Exp.Shape)
+		tot[4]++
+	}
+	tot[5], tot[6], tot[7] = float64(g.Tokens), float64(g.Dropped), float64(s.round.skipped)
+	tot[8], tot[9] = float64(s.round.graded), float64(s.round.right)
+	tot[10], tot[11], tot[12] = float64(g.RewardTruncated), float64(g.RewardUnscorable), float64(tokens)
+	if err := s.g.sum(tot); err != nil {
+		return nil, err
 	}
 	rec := map[string]float64{"generation_seconds": g.GenerateSeconds, "experience_seconds": g.ForwardSeconds,
-		"generated_tokens": float64(g.Tokens), "skipped_batches": float64(s.round.skipped), "dropped_rows": float64(g.Dropped)}
+		"generated_tokens": tot[5], "skipped_batches": tot[7], "dropped_rows": tot[6]}
 	if g.GenerateSeconds > 0 {
-		rec["generation_tokens_per_sec"] = g.TokensPerSecond()
+		// Every rank's tokens over this rank's decoding time.
+		rec["generation_tokens_per_sec"] = tot[5] / g.GenerateSeconds
 	}
-	if rows > 0 {
-		mean := scores / float64(rows)
+	if rows := tot[2]; rows > 0 {
+		mean := tot[0] / rows
 		rec["reward_score"] = mean
 		rec["reward_score_ema"] = s.scoreEMA.Update(mean)
-		rec["answer_len"] = lens / float64(rows)
-		rec["kl"] = kl / float64(len(s.round.pending))
+		rec["answer_len"] = tot[1] / rows
+		rec["kl"] = tot[3] / tot[4]
 	}
-	if s.round.graded > 0 {
-		rec["answer_accuracy"] = float64(s.round.right) / float64(s.round.graded)
+	if tot[8] > 0 {
+		rec["answer_accuracy"] = tot[9] / tot[8]
 	}
-	if g.RewardTruncated > 0 {
-		rec["reward_truncated"] = float64(g.RewardTruncated)
+	if tot[10] > 0 {
+		rec["reward_truncated"] = tot[10]
 	}
-	if g.RewardUnscorable > 0 {
-		rec["reward_unscorable"] = float64(g.RewardUnscorable)
+	if tot[11] > 0 {
+		rec["reward_unscorable"] = tot[11]
 	}
 	if n > 0 {
 		for k, v := range sum {
@@ -341,7 +450,7 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 		}
 		rec["actor_lr"], rec["critic_lr"] = last.ActorLR, last.CriticLR
 		rec["training_seconds"] = trainSecs
-		rec["training_tokens_per_sec"] = float64(tokens) / trainSecs
+		rec["training_tokens_per_sec"] = tot[12] / trainSecs
 		rec["ppo_steps"] = float64(n)
 	}
 	s.timing.GenerationSeconds += g.GenerateSeconds
@@ -349,9 +458,52 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 	s.timing.GeneratedTokens += g.Tokens
 	s.timing.TrainingSeconds += trainSecs
 	s.timing.TrainingTokens += tokens
-	s.round = roundState{pending: s.round.pending[:0]}
+	s.round = roundState{pending: s.round.pending[:0], local: s.round.local[:0]}
 	return rec, nil
 }
+
+// scaleScores applies score scaling to the round's scores in the order of
+// its generation batches over all ranks (batch m = i·ranks + r is rank
+// r's i-th): the running moments fold each batch in, then scale it, as one
+// process generating them one after the other does (RunningMoments.Scale).
+// Every rank folds every batch, so the moments stay the same everywhere.
+func (s *stage) scaleScores(batches int) error {
+	G, R := s.cfg.GenBatch, s.g.size()
+	all := make([]float64, batches*(G+1)) // per batch: rows kept, then their scores
+	for k, b := range s.round.pending {
+		m := s.round.local[k]*R + s.g.rank()
+		if m >= batches {
+			return fmt.Errorf("ppo: generation batch %d of a round of %d", m, batches)
+		}
+		all[m*(G+1)] = float64(len(b.Kept))
+		for i, x := range b.RawScores {
+			all[m*(G+1)+1+i] = float64(x)
+		}
+	}
+	if err := s.g.gather(all); err != nil {
+		return err
+	}
+	mine := map[int]*Batch{}
+	for k, b := range s.round.pending {
+		mine[s.round.local[k]*R+s.g.rank()] = b
+	}
+	for m := range batches {
+		rows := int(all[m*(G+1)])
+		scores := make([]float32, rows)
+		for i := range scores {
+			scores[i] = float32(all[m*(G+1)+1+i])
+		}
+		s.tr.moments.Scale(scores, s.cfg.ScoreNorm)
+		if b := mine[m]; b != nil {
+			copy(b.Exp.Scores, scores)
+		}
+	}
+	return nil
+}
+
+// Sharded implements the loop's sharded state: under ZeRO 1-3 each rank
+// checkpoints its own part.
+func (s *stage) Sharded() bool { return s.tr.Sharded() }
 
 // Evaluate: step 3 has no evaluation set.
 func (s *stage) Evaluate() (map[string]float64, error) { return nil, nil }

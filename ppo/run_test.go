@@ -17,6 +17,7 @@ import (
 	"github.com/gochat-ai/gochat/hybridengine"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/lora"
+	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/train"
 )
 
@@ -31,6 +32,12 @@ type runRig struct {
 func newRunRig(t *testing.T, withLoRA bool) *runRig {
 	t.Helper()
 	dev, ms := testModels(t)
+	return newRunRigWith(t, dev, ms, withLoRA)
+}
+
+// newRunRigWith is newRunRig on models ms of dev.
+func newRunRigWith(t *testing.T, dev kernels.Device, ms [4]*model.Model, withLoRA bool) *runRig {
+	t.Helper()
 	actor := ms[0]
 	var lo *lora.LoRA
 	var err error
@@ -242,10 +249,11 @@ func TestEmptyBatchKeepsRound(t *testing.T) {
 		if calls++; calls%2 == 0 {
 			return nil, ErrNoAnswers
 		}
-		return tr.GenerateExperience(p)
+		return tr.generate(p, false)
 	}
-	st := &stage{cfg: cfg, d: r.d, tr: tr, generate: gen, col: data.Collator{T: r.d.PromptLen, PAD: 1},
-		unsupCol: data.Collator{T: r.d.UnsupLen, PAD: 1}, scoreEMA: ScoreEMA{Alpha: 0.9}}
+	cfg.GradAccum, cfg.ScoreEMAAlpha = 1, 0.9
+	r.d.PAD = 1
+	st := newStage(cfg, r.d, tr, group{dev: r.dev}, gen)
 	tcfg := train.Config{TrainSize: len(r.d.Prompts), MicroBatch: 3, GradAccum: 2, MaxSteps: 2, Seed: 1, Log: zerolog.Nop()}
 	res, err := train.RunRounds(context.Background(), r.dev, tcfg, st)
 	if err != nil {

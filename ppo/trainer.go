@@ -3,6 +3,9 @@ package ppo
 import (
 	"fmt"
 
+	"github.com/gochat-ai/gochat/dist"
+	"github.com/gochat-ai/gochat/zero"
+
 	"github.com/gochat-ai/gochat/hybridengine"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/lora"
@@ -81,6 +84,12 @@ type Options struct {
 	// prompt and its answer (real tokens only; the answer ends with EOS when
 	// the actor emitted one), as reward functions in Hugging Face TRL.
 	Score func(prompt, answer []int32) float32
+	// Comm is the group of ranks that train data-parallel (nil: this
+	// process alone); see the package's data parallelism. ActorZeRO and
+	// CriticZeRO are the two models' ZeRO stages over it (DeepSpeed-Chat's
+	// --actor_zero_stage and --critic_zero_stage).
+	Comm                  dist.Comm
+	ActorZeRO, CriticZeRO zero.Stage
 }
 
 // Trainer runs DeepSpeed-Chat's step 3 (generate_experience and
@@ -137,7 +146,7 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 		schedule = "constant"
 	}
 	oc := train.OptimizerConfig{AdamW: optim.DefaultAdamW, Schedule: schedule, Warmup: opts.Warmup,
-		Total: opts.Iterations, ClipNorm: opts.MaxGradNorm}
+		Total: opts.Iterations, ClipNorm: opts.MaxGradNorm, Comm: opts.Comm}
 	actorTr, err := train.ModelTrainable(actor, train.ParamOptions{LR: cfg.ActorLR, WeightDecay: opts.ActorWeightDecay,
 		LoRA: m.ActorLoRA, LoRALR: opts.ActorLoRALR, OnlyLoRA: opts.OnlyOptimizeLoRA})
 	if err != nil {
@@ -148,11 +157,14 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ppo: critic: %w", err)
 	}
+	oc.ZeRO = opts.ActorZeRO
 	if t.actorOpt, err = train.NewOptimizer(actor.Dev, actorTr, oc); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ppo: actor optimizer: %w", err)
 	}
+	oc.ZeRO = opts.CriticZeRO
 	if t.criticOpt, err = train.NewOptimizer(m.Critic.Dev, criticTr, oc); err != nil {
-		return nil, err
+		t.actorOpt.Free()
+		return nil, fmt.Errorf("ppo: critic optimizer: %w", err)
 	}
 	if opts.EnableEMA {
 		d := actor.Dev
@@ -173,6 +185,64 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 	}
 	return t, nil
 }
+
+// group is the ranks the Trainer averages over.
+func (t *Trainer) group() group {
+	actor, _ := t.m.Actor.Model()
+	return group{comm: t.opts.Comm, dev: actor.Dev}
+}
+
+// Free releases both optimizers' state and unhooks the models (ZeRO 2
+// and 3).
+func (t *Trainer) Free() {
+	t.actorOpt.Free()
+	t.criticOpt.Free()
+}
+
+// Sharded reports whether the ranks hold different parts of the trained
+// state (ZeRO 1-3 on several ranks): each then checkpoints its own.
+func (t *Trainer) Sharded() bool { return t.actorOpt.Sharded() || t.criticOpt.Sharded() }
+
+// gatherModels keeps the ZeRO-3 parameters of both models whole until
+// partitionModels: the experience phase's passes (generation, the
+// gradient-free forwards) then make no collectives, however many batches
+// a rank generates (DESIGN.md §4: gathered once per generation phase).
+func (t *Trainer) gatherModels() error {
+	if err := t.actorOpt.Gather(); err != nil {
+		return fmt.Errorf("ppo: gather the actor: %w", err)
+	}
+	if err := t.criticOpt.Gather(); err != nil {
+		return fmt.Errorf("ppo: gather the critic: %w", err)
+	}
+	return nil
+}
+
+// partitionModels ends gatherModels.
+func (t *Trainer) partitionModels() {
+	t.actorOpt.Partition()
+	t.criticOpt.Partition()
+}
+
+// Consolidate gives every rank both trained models whole (ZeRO-3
+// gathers their parameters and the EMA), to save them.
+func (t *Trainer) Consolidate() error {
+	if err := t.actorOpt.Consolidate(); err != nil {
+		return fmt.Errorf("ppo: actor: %w", err)
+	}
+	if err := t.criticOpt.Consolidate(); err != nil {
+		return fmt.Errorf("ppo: critic: %w", err)
+	}
+	if t.emaFlat != nil {
+		if err := t.actorOpt.GatherLike(emaOf, t.emaFlat); err != nil {
+			return fmt.Errorf("ppo: actor EMA: %w", err)
+		}
+	}
+	return nil
+}
+
+// emaOf is the State buffer the actor's EMA averages (the flat
+// parameters): under ZeRO-3 the EMA is partitioned as they are.
+const emaOf = "model"
 
 // Config returns the PPO constants.
 func (t *Trainer) Config() Config { return t.cfg }
@@ -206,7 +276,13 @@ func (t *Trainer) StateBuffers() map[string]kernels.Buffer {
 	t.actorOpt.StateBuffers(bufs, "actor.")
 	t.criticOpt.StateBuffers(bufs, "critic.")
 	if t.emaFlat != nil {
-		bufs["ema.model"] = t.emaFlat
+		if rs, ok := t.actorOpt.Partitioned(emaOf); ok {
+			for _, r := range rs {
+				bufs[train.RangeName("ema.model", r.Lo)] = t.emaFlat.Slice(r.Lo, r.Len())
+			}
+		} else {
+			bufs["ema.model"] = t.emaFlat
+		}
 	}
 	if t.emaLoRA != nil {
 		bufs["ema.lora"] = t.emaLoRA

@@ -30,7 +30,13 @@ type trainerRig struct {
 
 func loadModel(t testing.TB, dev kernels.Device, dir string, vh string) *model.Model {
 	t.Helper()
-	m, err := model.Load(dev, dir, model.LoadOptions{ValueHead: vh})
+	return loadModelAs(t, dev, dir, vh, kernels.F32)
+}
+
+// loadModelAs is loadModel with weights of dtype dt.
+func loadModelAs(t testing.TB, dev kernels.Device, dir string, vh string, dt kernels.DType) *model.Model {
+	t.Helper()
+	m, err := model.Load(dev, dir, model.LoadOptions{ValueHead: vh, DType: dt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +52,17 @@ func testModels(t testing.TB) (kernels.Device, [4]*model.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dev, testModelsOn(t, dev, kernels.F32)
+}
+
+// testModelsOn loads testModels' models onto dev with weights of dtype
+// dt.
+func testModelsOn(t testing.TB, dev kernels.Device, dt kernels.DType) [4]*model.Model {
+	t.Helper()
 	actorDir := filepath.Join("..", "model", "testdata", "golden", "preln")
 	rmDir := filepath.Join("..", "reward", "testdata", "preln")
-	return dev, [4]*model.Model{loadModel(t, dev, actorDir, "no"), loadModel(t, dev, actorDir, "no"),
-		loadModel(t, dev, rmDir, "yes"), loadModel(t, dev, rmDir, "yes")}
+	return [4]*model.Model{loadModelAs(t, dev, actorDir, "no", dt), loadModelAs(t, dev, actorDir, "no", dt),
+		loadModelAs(t, dev, rmDir, "yes", dt), loadModelAs(t, dev, rmDir, "yes", dt)}
 }
 
 // newRig loads the tiny preln actor and reference (model/testdata) and a

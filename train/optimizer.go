@@ -220,6 +220,67 @@ func (o *Optimizer) Consolidate() error {
 	return nil
 }
 
+// Gather consolidates ZeRO-3's parameters (Consolidate) and keeps them
+// whole until Partition: the model's passes in between make no
+// collectives, so ranks may run different numbers of them (step 3's
+// generation and experience forwards; DESIGN.md §4). Nothing at other
+// stages. Every rank calls Gather and Partition in the same order.
+func (o *Optimizer) Gather() error {
+	if o.sh == nil || !o.sh.stage.PartitionsParams() || o.sh.whole {
+		return nil
+	}
+	if err := o.Consolidate(); err != nil {
+		return err
+	}
+	o.sh.whole = true
+	return nil
+}
+
+// Partition ends a Gather: each rank keeps only the parameters it owns
+// again, and the model's passes gather each layer's as before.
+func (o *Optimizer) Partition() {
+	if o.sh == nil || !o.sh.whole {
+		return
+	}
+	for _, f := range o.sh.flats {
+		if f.hooked {
+			for u := range f.x.Layout().Units {
+				f.x.Release(f.flat.Params, u)
+			}
+		}
+	}
+	o.sh.whole = false
+}
+
+// Partitioned returns, for the State buffer name whose parameters ZeRO-3
+// partitions, the ranges this rank keeps between steps; ok is false when
+// the buffer is whole on every rank (stages 0-2, or another buffer). A
+// buffer laid out like it (an EMA of the parameters) can be kept on the
+// same ranges and gathered with GatherLike.
+func (o *Optimizer) Partitioned(name string) (ranges []zero.Range, ok bool) {
+	f := o.partitionedFlat(name)
+	if f == nil {
+		return nil, false
+	}
+	return f.x.Layout().Owned(), true
+}
+
+// GatherLike all-gathers buf, laid out like the partitioned State buffer
+// name (see Partitioned): every rank ends with every owner's ranges.
+// Nothing when name is not partitioned.
+func (o *Optimizer) GatherLike(name string, buf kernels.Buffer) error {
+	f := o.partitionedFlat(name)
+	if f == nil {
+		return nil
+	}
+	for u := range f.x.Layout().Units {
+		if err := f.x.Gather(buf, u); err != nil {
+			return fmt.Errorf("gather %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Held is what this rank holds of the trained state between steps, in
 // bytes: parameters and gradients of the Trainable's flats (under ZeRO-3
 // and ZeRO-2, only the ranges this rank owns of the flats the model's

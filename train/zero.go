@@ -85,6 +85,9 @@ type shardedOptimizer struct {
 	comm  dist.Comm
 	dev   kernels.Device
 	flats []*sharded
+	// whole: the ZeRO-3 parameters are gathered and kept whole (Gather)
+	// until Partition: the model's passes neither gather nor release them.
+	whole bool
 }
 
 // newSharded lays out tr's flats over comm's ranks and returns the groups
@@ -307,7 +310,7 @@ func (h *zeroHook) units(part int) []int {
 // Acquire implements model.ParamHook: at stage 3 it gathers the part's
 // parameters.
 func (h *zeroHook) Acquire(part int) error {
-	if !h.so.stage.PartitionsParams() {
+	if !h.so.stage.PartitionsParams() || h.so.whole {
 		return nil
 	}
 	for _, u := range h.units(part) {
@@ -329,7 +332,7 @@ func (h *zeroHook) Release(part int, backward bool) error {
 			}
 			h.f.x.Release(h.f.flat.Grads, u)
 		}
-		if h.so.stage.PartitionsParams() {
+		if h.so.stage.PartitionsParams() && !h.so.whole {
 			h.f.x.Release(h.f.flat.Params, u)
 		}
 	}

@@ -33,8 +33,8 @@ type RunConfig struct {
 	// iteration accumulates one micro-batch of every stream before the
 	// optimizer steps (see the package's data parallelism).
 	GradAccum int
-	Epochs     int // passes over the prompts (num_train_epochs)
-	MaxSteps   int // generation batches of the run, overriding Epochs (0: Epochs decide)
+	Epochs    int // passes over the prompts (num_train_epochs)
+	MaxSteps  int // generation batches of the run, overriding Epochs (0: Epochs decide)
 	// SaveEvery checkpoints once this many generation batches have been
 	// trained on since the last checkpoint, at the end of a round (0: at
 	// the end of each epoch over the prompts).

@@ -63,8 +63,8 @@ func (t *Trainer) TrainStep(bt *Batch, unsup *UnsupBatch) (StepStats, error) {
 // Micro is one stream's part of a PPO iteration (see the package's data
 // parallelism).
 type Micro struct {
-	Stream int        // the stream's index among every rank's streams
-	Exp    *Batch     // its micro-batch; nil when the stream has none left at this iteration
+	Stream int         // the stream's index among every rank's streams
+	Exp    *Batch      // its micro-batch; nil when the stream has none left at this iteration
 	Unsup  *UnsupBatch // its mixture-training batch, with Exp and Iteration.Mixture
 }
 

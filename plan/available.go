@@ -24,13 +24,30 @@ type Memory struct {
 	CgroupFree int64 `json:"cgroup_free"`
 	// Cgroup names the limiting cgroup file ("" without a limit).
 	Cgroup string `json:"cgroup,omitempty"`
-	// Available is the smaller of the two (the one that is known).
+	// Available is the smaller of the two (the one that is known), divided
+	// by Shared.
 	Available int64 `json:"available"`
+	// Shared is the number of processes on this machine that share the
+	// memory (ranks of an MPI job on one node; 0 or 1: none).
+	Shared int `json:"shared,omitempty"`
+}
+
+// Share divides the available memory between n processes on the machine
+// (each rank of a job plans for its part).
+func (m Memory) Share(n int) Memory {
+	if n > 1 {
+		m.Available /= int64(n)
+		m.Shared = n
+	}
+	return m
 }
 
 // String describes the memory for a message.
 func (m Memory) String() string {
 	s := fmt.Sprintf("%s available (MemAvailable %s", GiB(m.Available), GiB(m.MemAvailable))
+	if m.Shared > 1 {
+		s = fmt.Sprintf("%s available to each of %d ranks on this machine (MemAvailable %s", GiB(m.Available), m.Shared, GiB(m.MemAvailable))
+	}
 	if m.CgroupFree >= 0 {
 		s += fmt.Sprintf(", cgroup %s free under %s", GiB(m.CgroupFree), m.Cgroup)
 	}

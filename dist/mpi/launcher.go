@@ -15,6 +15,9 @@ type Launch struct {
 	// Size and Rank are the world size and this process's rank as the
 	// launcher announced them; -1 where it announced none.
 	Size, Rank int
+	// LocalSize is the number of ranks on this node, -1 where the
+	// launcher announced none: they share the node's memory.
+	LocalSize int
 	// OpenMPI is true for Open MPI's launcher (its ranks must load Open
 	// MPI), false for the PMI/Hydra family (MPICH and its ABI: Intel MPI,
 	// MVAPICH).
@@ -27,13 +30,13 @@ func (l Launch) Launched() bool { return l.By != "" }
 // launchers lists the variables MPI launchers put in every rank's
 // environment, Open MPI's first.
 var launchers = []struct {
-	name, sizeVar, rankVar string
-	openMPI                bool
+	name, sizeVar, rankVar, localVar string
+	openMPI                          bool
 }{
-	{"Open MPI's mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", true},
-	{"a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2)", "PMI_SIZE", "PMI_RANK", false},
-	{"MVAPICH's launcher", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", false},
-	{"a PMIx launcher", "PMIX_SIZE", "PMIX_RANK", false},
+	{"Open MPI's mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", true},
+	{"a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2)", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS", false},
+	{"MVAPICH's launcher", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", false},
+	{"a PMIx launcher", "PMIX_SIZE", "PMIX_RANK", "PMIX_LOCAL_SIZE", false},
 }
 
 // DetectLaunch reads the environment of this process; see Launch.
@@ -50,9 +53,10 @@ func detectLaunch(getenv func(string) string) Launch {
 		if size == "" {
 			v = l.rankVar
 		}
-		return Launch{By: l.name + " (" + v + ")", Size: atoiOr(size, -1), Rank: atoiOr(rank, -1), OpenMPI: l.openMPI}
+		return Launch{By: l.name + " (" + v + ")", Size: atoiOr(size, -1), Rank: atoiOr(rank, -1),
+			LocalSize: atoiOr(getenv(l.localVar), -1), OpenMPI: l.openMPI}
 	}
-	return Launch{Size: -1, Rank: -1}
+	return Launch{Size: -1, Rank: -1, LocalSize: -1}
 }
 
 func atoiOr(s string, def int) int {

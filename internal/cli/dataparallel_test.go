@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,71 @@ func TestDataParallel(t *testing.T) {
 	t.Run("reward-zero3", func(t *testing.T) {
 		testDataParallel(t, launcher, bin, "reward", rewardModel(t), "0,1,0", "1e-3", 2, 2, "--zero-stage", "3")
 	})
+	// Step 3: 2 ranks (actor ZeRO-3, critic ZeRO-2) against one process
+	// with --gradient-accumulation-steps 2 (two streams of generation
+	// batches), with EMA, whitening and score scaling.
+	t.Run("ppo-zero3-zero2", func(t *testing.T) {
+		testDataParallelPPO(t, launcher, bin, 2, "--actor-zero-stage", "3", "--critic-zero-stage", "2")
+	})
+	t.Run("ppo-3-ranks", func(t *testing.T) {
+		testDataParallelPPO(t, launcher, bin, 3, "--actor-zero-stage", "1")
+	})
+}
+
+// testDataParallelPPO runs gochat ppo on ranks ranks and in one process
+// with ranks gradient-accumulation streams, and compares the saved actor,
+// critic and actor EMA (fp32, within 1e-5 as above).
+func testDataParallelPPO(t *testing.T, launcher []string, bin string, ranks int, extra ...string) {
+	actor, critic := tinyModel(t), rewardModel(t)
+	out := t.TempDir()
+	args := func(dir string, accum int) []string {
+		return []string{"--log-format", "json", "--threads", "1", "ppo", "--actor", actor, "--critic", critic,
+			"--data", sample(), "--data-split", "1,1,8", "--max-prompt-seq-len", "96", "--max-answer-seq-len", "8",
+			"--per-device-generation-batch-size", "2", "--per-device-training-batch-size", "2",
+			"--gradient-accumulation-steps", fmt.Sprint(accum), "--ppo-epochs", "2", "--max-steps", "12",
+			"--actor-learning-rate", "1e-3", "--critic-learning-rate", "1e-3", "--enable-ema", "--whiten-advantages",
+			"--use-score-scaling", "--seed", "7", "--dtype", "fp32", "--output-dir", dir, "--data-cache", "off",
+			"--save-interval", "4", "--skip-preflight"}
+	}
+	run := func(name string, argv ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, b.String())
+		}
+		return b.String()
+	}
+	oneDir, dpDir := filepath.Join(out, "one"), filepath.Join(out, "dp")
+	run("one process", append([]string{bin}, args(oneDir, ranks)...)...)
+	log := run(fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, 1)...), extra...)...)
+	if !strings.Contains(log, fmt.Sprintf(`"streams":%d`, ranks)) {
+		t.Errorf("the run did not report %d streams:\n%s", ranks, log)
+	}
+	for _, sub := range []string{"actor", "critic", "actor_ema"} {
+		one, dp := savedParams(t, filepath.Join(oneDir, sub)), savedParams(t, filepath.Join(dpDir, sub))
+		var ss float64
+		for _, v := range one {
+			ss += float64(v) * float64(v)
+		}
+		rms := math.Sqrt(ss / float64(len(one)))
+		worst := 0.0
+		for i := range one {
+			worst = max(worst, math.Abs(float64(dp[i])-float64(one[i]))/max(math.Abs(float64(one[i])), rms))
+		}
+		t.Logf("%s: largest relative difference %.3g", sub, worst)
+		if worst > 1e-5 {
+			t.Errorf("%s: %d ranks differ from one process by %.3g relative", sub, ranks, worst)
+		}
+	}
+	init := savedParams(t, actor)
+	trained := savedParams(t, filepath.Join(oneDir, "actor"))
+	if slices.Equal(init, trained) {
+		t.Error("the actor did not change")
+	}
 }
 
 // testDataParallel compares ranks ranks with accum accumulation steps

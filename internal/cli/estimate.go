@@ -269,12 +269,14 @@ func (o *StageOptions) planWith(cfg *model.Config, dt kernels.DType) plan.Stage 
 		LoRA: lc, OnlyLoRA: o.OnlyLoRA}
 }
 
-// preflight runs the memory pre-flight of step 1 or 2.
+// preflight runs the memory pre-flight of step 1 or 2 (per rank under an
+// MPI launcher).
 func (o *StageOptions) preflight() error {
 	in, err := o.planInput()
 	if err != nil {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
+	in.Parallel = launchParallel(o.ZeROStage, 0, 0)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}
@@ -331,12 +333,14 @@ func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType)
 			EnableEMA: o.EnableEMA}}
 }
 
-// preflight runs the memory pre-flight of step 3.
+// preflight runs the memory pre-flight of step 3 (per rank under an MPI
+// launcher).
 func (o *PPOOptions) preflight() error {
 	in, err := o.planInput()
 	if err != nil {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
+	in.Parallel = launchParallel(0, o.ActorZeRO, o.CriticZeRO)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}

@@ -18,6 +18,7 @@ import (
 	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/tokenizer"
 	"github.com/gochat-ai/gochat/train"
+	"github.com/gochat-ai/gochat/zero"
 )
 
 // PPOOptions are the options of `gochat ppo` (DeepSpeed-Chat's step-3 flags
@@ -32,47 +33,53 @@ type PPOOptions struct {
 	GenBatch          int
 	TrainBatch        int
 	GenerationBatches int
-	PPOEpochs         int
-	Epochs            int
-	MaxSteps          int
-	MaxPromptLen      int
-	MaxAnswerLen      int
-	ActorLR, CriticLR float64
-	ActorWD, CriticWD float64
-	Scheduler         string
-	Warmup            int
-	Seed              uint64
-	ActorLoRADim      int
-	CriticLoRADim     int
-	LoRAModule        string
-	OnlyLoRA          bool
-	ActorLoRALR       float64
-	CriticLoRALR      float64
-	ActorCkpt         bool
-	CriticCkpt        bool
-	ActorDropout      bool
-	CriticDropout     bool
-	NoActorDropout    bool `json:"-"`
-	NoCriticDropout   bool `json:"-"`
-	MaxGradNorm       float64
-	DType             string `json:"dtype"`
-	EnableEMA         bool
-	KeepCache         bool `json:"-"`
-	PrintAnswers      bool `json:"-"`
-	Sample            model.SampleOptions
-	Config            ppo.Config
-	OutputDir         string
-	Overwrite         bool   `json:"-"`
-	Resume            bool   `json:"-"`
-	SaveInterval      int    `json:"-"`
-	DataCache         string `json:"-"`
-	SkipPreflight     bool   `json:"-"`
-	EndText           string
-	UnsupData         string
-	UnsupColumn       string
-	Revision          string `json:",omitempty"`
-	DataRevision      string `json:",omitempty"`
-	split             data.Split
+	GradAccum         int `json:"-"` // in Streams
+	// Streams is ranks × GradAccum: the micro-batches of one PPO
+	// iteration. It is what the run's result depends on, so a checkpoint
+	// resumes on another number of ranks with the same product.
+	Streams               int `json:"streams"`
+	ActorZeRO, CriticZeRO int `json:"-"` // change only the summation order
+	PPOEpochs             int
+	Epochs                int
+	MaxSteps              int
+	MaxPromptLen          int
+	MaxAnswerLen          int
+	ActorLR, CriticLR     float64
+	ActorWD, CriticWD     float64
+	Scheduler             string
+	Warmup                int
+	Seed                  uint64
+	ActorLoRADim          int
+	CriticLoRADim         int
+	LoRAModule            string
+	OnlyLoRA              bool
+	ActorLoRALR           float64
+	CriticLoRALR          float64
+	ActorCkpt             bool
+	CriticCkpt            bool
+	ActorDropout          bool
+	CriticDropout         bool
+	NoActorDropout        bool `json:"-"`
+	NoCriticDropout       bool `json:"-"`
+	MaxGradNorm           float64
+	DType                 string `json:"dtype"`
+	EnableEMA             bool
+	KeepCache             bool `json:"-"`
+	PrintAnswers          bool `json:"-"`
+	Sample                model.SampleOptions
+	Config                ppo.Config
+	OutputDir             string
+	Overwrite             bool   `json:"-"`
+	Resume                bool   `json:"-"`
+	SaveInterval          int    `json:"-"`
+	DataCache             string `json:"-"`
+	SkipPreflight         bool   `json:"-"`
+	EndText               string
+	UnsupData             string
+	UnsupColumn           string
+	Revision              string `json:",omitempty"`
+	DataRevision          string `json:",omitempty"`
+	split                 data.Split
 	// The local directories of Actor, Critic, Reward and Tokenizer (Hub
 	// snapshots for Hub ids).
 	actorDir, criticDir, rewardDir, tokDir string
@@ -115,6 +122,10 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 				return usageErrorf("--save-interval must be >= 0")
 			case o.Resume && o.Overwrite:
 				return usageErrorf("--resume and --overwrite exclude each other")
+			case zero.Stage(o.ActorZeRO).Validate() != nil:
+				return usageErrorf("--actor-zero-stage %d: want 0, 1, 2 or 3", o.ActorZeRO)
+			case zero.Stage(o.CriticZeRO).Validate() != nil:
+				return usageErrorf("--critic-zero-stage %d: want 0, 1, 2 or 3", o.CriticZeRO)
 			case o.ActorDropout && o.NoActorDropout:
 				return usageErrorf("--actor-dropout and --disable-actor-dropout exclude each other")
 			case o.CriticDropout && o.NoCriticDropout:
@@ -122,7 +133,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 			}
 			f := cmd.Flags()
 			if err := flagsBelow(f, flagMin{"per-device-generation-batch-size", 1}, flagMin{"per-device-training-batch-size", 1},
-				flagMin{"generation-batches", 1}, flagMin{"ppo-epochs", 1}, flagMin{"num-warmup-steps", 0},
+				flagMin{"generation-batches", 1}, flagMin{"gradient-accumulation-steps", 1}, flagMin{"ppo-epochs", 1}, flagMin{"num-warmup-steps", 0},
 				flagMin{"max-prompt-seq-len", 1}, flagMin{"max-answer-seq-len", 2}); err != nil {
 				return err
 			}
@@ -165,6 +176,9 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	f.IntVar(&o.GenBatch, "per-device-generation-batch-size", 16, "prompts per generation batch")
 	f.IntVar(&o.TrainBatch, "per-device-training-batch-size", 16, "experience rows per PPO micro-batch")
 	f.IntVar(&o.GenerationBatches, "generation-batches", 1, "generation batches collected before training on them")
+	f.IntVar(&o.GradAccum, "gradient-accumulation-steps", 1, "micro-batches each rank accumulates per PPO iteration (one per stream of generation batches)")
+	f.IntVar(&o.ActorZeRO, "actor-zero-stage", 0, "the actor's ZeRO stage over MPI ranks: 0 replicates everything, 1 partitions the optimizer state, 2 also the gradients, 3 also the parameters (gathered once per generation phase)")
+	f.IntVar(&o.CriticZeRO, "critic-zero-stage", 0, "the critic's ZeRO stage over MPI ranks (as --actor-zero-stage)")
 	f.IntVar(&o.PPOEpochs, "ppo-epochs", 1, "passes of PPO over each collected experience")
 	f.IntVar(&o.Epochs, "num-train-epochs", 1, "epochs over the prompts")
 	f.IntVar(&o.MaxSteps, "max-steps", 0, "stop after this many generation batches (0: epochs decide)")
@@ -226,10 +240,16 @@ func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 
 // runPPO loads step 3's models and data, runs ppo.Run and saves the
 // models.
-func runPPO(ctx context.Context, o *PPOOptions) error {
-	if err := singleRankOnly("ppo"); err != nil {
+func runPPO(ctx context.Context, o *PPOOptions) (err error) {
+	dev, err := newCPU(o.g)
+	if err != nil {
 		return err
 	}
+	ranks, err := joinRanks(o.g, dev)
+	if err != nil {
+		return err
+	}
+	defer func() { err = ranks.finish(err) }()
 	log := o.g.Log
 	if _, err := os.Stat(filepath.Join(o.OutputDir, runFile)); err != nil && !o.Overwrite {
 		// A step-3 result without a run record (written by hand, or by an
@@ -238,16 +258,17 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
 		}
 	}
-	var err error
 	if err := resolveAndPreflight(o.g, o.Revision, o.resolveModels, o.preflight,
 		[2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward}); err != nil {
 		return err
 	}
-	if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
-		return err
+	o.Streams = o.GradAccum * ranks.comm.Size()
+	if ranks.writer() {
+		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
+			return err
+		}
 	}
-	dev, err := newCPU(o.g)
-	if err != nil {
+	if o.Resume, err = ranks.shareFlag(dev, o.Resume); err != nil {
 		return err
 	}
 	wdt, err := resolveDType(o.g, o.DType, dev)
@@ -320,18 +341,22 @@ func runPPO(ctx context.Context, o *PPOOptions) error {
 		Schedule: o.Scheduler, Warmup: o.Warmup, MaxGradNorm: o.MaxGradNorm,
 		ActorDropout: o.ActorDropout, CriticDropout: o.CriticDropout, CriticCheckpointing: o.CriticCkpt,
 		EnableEMA: o.EnableEMA, Seed: o.Seed,
-		RewardSequence: rewardSequence(tok, eos, o.EndText)},
-		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, Epochs: o.Epochs, MaxSteps: o.MaxSteps,
+		RewardSequence: rewardSequence(tok, eos, o.EndText),
+		Comm:           ranks.comm, ActorZeRO: zero.Stage(o.ActorZeRO), CriticZeRO: zero.Stage(o.CriticZeRO)},
+		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, GradAccum: o.GradAccum, Epochs: o.Epochs, MaxSteps: o.MaxSteps,
 		SaveEvery: o.SaveInterval, Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume,
-		PrintAnswers: o.PrintAnswers, Log: log}
-	if o.g.LogFmt != "json" && isTerminal(o.g.Err) {
+		PrintAnswers: o.PrintAnswers && ranks.writer(), Log: log}
+	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		rc.Progress = o.g.Err
 	}
 	log.Info().Int("actor_params", actor.NumParams()).Str("device", dev.Name()).Bool("actor_dropout", o.ActorDropout).
-		Bool("critic_dropout", o.CriticDropout).Msg("step 3")
+		Bool("critic_dropout", o.CriticDropout).Int("ranks", ranks.comm.Size()).Int("streams", o.Streams).Msg("step 3")
 	res, err := ppo.Run(ctx, dev, rc, models, d)
 	if err != nil {
 		return err
+	}
+	if !ranks.writer() {
+		return nil
 	}
 	if err := o.savePPO(eng, actorLoRA, critic, criticLoRA, res.Trainer); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/gochat-ai/gochat/dist/mpi"
 	"github.com/gochat-ai/gochat/hub"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/model"
@@ -24,7 +25,23 @@ func (g *Globals) availableMemory() (plan.Memory, error) {
 	if g.Memory != nil {
 		return g.Memory()
 	}
-	return plan.Available(os.DirFS("/"))
+	m, err := plan.Available(os.DirFS("/"))
+	if err != nil {
+		return m, err
+	}
+	// The ranks of an MPI job on this machine share its memory: each plans
+	// for (and its garbage collector aims at) its part.
+	return m.Share(mpi.DetectLaunch().LocalSize), nil
+}
+
+// launchParallel is how an MPI launcher started this step, for the
+// planner: its ranks with the given ZeRO stages (one process outside
+// one).
+func launchParallel(stage, actorStage, criticStage int) plan.Parallel {
+	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
+		return plan.Parallel{Ranks: l.Size, Stage: stage, ActorStage: actorStage, CriticStage: criticStage}
+	}
+	return plan.Parallel{}
 }
 
 // modelConfig is the architecture of the model a flag names, all the

@@ -122,17 +122,27 @@ func commitState(dir, tmp string, record any) error {
 	}
 	atomicfile.SyncDir(tmp)
 	old := final + ".old"
-	os.RemoveAll(old)
-	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("write checkpoint: %w", err)
+	if _, err := os.Stat(filepath.Join(final, stateRecord)); err == nil {
+		os.RemoveAll(old)
+		if err := rename(final, old); err != nil {
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+	} else {
+		// No complete checkpoint/: checkpoint.old, left by a save cut
+		// between the renames, is the last complete one until tmp is in
+		// place.
+		os.RemoveAll(final)
 	}
-	if err := os.Rename(tmp, final); err != nil {
+	if err := rename(tmp, final); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	os.RemoveAll(old)
 	atomicfile.SyncDir(dir)
 	return nil
 }
+
+// rename is os.Rename (a test makes it fail).
+var rename = os.Rename
 
 // ReadRecord reads the JSON record of the checkpoint in dir into record.
 func ReadRecord(dir string, record any) error {

@@ -1,7 +1,11 @@
 package train
 
 import (
+	"errors"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -52,5 +56,67 @@ func TestStateBuffersBitExact(t *testing.T) {
 				t.Errorf("%s[%d] = %#x, want %#x", c.name, i, math.Float32bits(got[i]), math.Float32bits(c.want[i]))
 			}
 		}
+	}
+}
+
+// TestSaveAfterCutSave: a save cut between its two renames leaves only
+// checkpoint.old, the last complete checkpoint (--resume loads it). The
+// next save must keep it until its own checkpoint is in place: here that
+// save fails at its last rename, and checkpoint.old still loads; then a
+// save that succeeds replaces it.
+func TestSaveAfterCutSave(t *testing.T) {
+	dev, err := cpu.New(cpu.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := must(dev.Alloc(kernels.F32, 3))
+	dir := t.TempDir()
+	save := func(step float32) error {
+		dev.WriteF32(b, []float32{step, step, step})
+		return SaveState(dev, dir, map[string]kernels.Buffer{"b": b}, map[string]float32{"step": step})
+	}
+	check := func(step float32) {
+		t.Helper()
+		var rec map[string]float32
+		if err := ReadRecord(dir, &rec); err != nil || rec["step"] != step {
+			t.Fatalf("checkpoint record %v (%v), want step %v", rec, err, step)
+		}
+		got := []float32{0, 0, 0}
+		dev.WriteF32(b, got)
+		if err := LoadState(dev, dir, map[string]kernels.Buffer{"b": b}); err != nil {
+			t.Fatal(err)
+		}
+		dev.ReadF32(got, b)
+		if got[0] != step {
+			t.Fatalf("checkpoint holds %v, want step %v", got, step)
+		}
+	}
+	if err := save(1); err != nil {
+		t.Fatal(err)
+	}
+	// The save of step 2 was cut after its first rename.
+	final := filepath.Join(dir, CheckpointDir)
+	if err := os.Rename(final, final+".old"); err != nil {
+		t.Fatal(err)
+	}
+	check(1)
+	rename = func(from, to string) error {
+		if to == final {
+			return errors.New("cut")
+		}
+		return os.Rename(from, to)
+	}
+	err = save(3)
+	rename = os.Rename
+	if err == nil {
+		t.Fatal("the failing rename did not fail the save")
+	}
+	check(1)
+	if err := save(4); err != nil {
+		t.Fatal(err)
+	}
+	check(4)
+	if _, err := os.Stat(final + ".old"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("checkpoint.old left after a complete save: %v", err)
 	}
 }

@@ -74,3 +74,38 @@ func (Single) Broadcast(_ kernels.Buffer, root int) error {
 
 // Barrier implements Comm.
 func (Single) Barrier() error { return nil }
+
+// ShareFloat64s makes every rank's float64 values known to every rank:
+// each rank passes v (the same length everywhere) with its own values at
+// its own indices and zeros elsewhere, and v comes back holding every
+// rank's values. Each value travels as three float32 parts (24 bits
+// each) that the all-reduce only adds to zeros, so it arrives exactly
+// (for zero and magnitudes between about 1e-23 and 3e38, where all three
+// parts are normal floats);
+// summing the shared values in index order then gives the same float64 on
+// every rank. On one rank v is left as it is.
+func ShareFloat64s(c Comm, dev kernels.Device, v []float64) error {
+	if c == nil || c.Size() == 1 || len(v) == 0 {
+		return nil
+	}
+	parts := make([]float32, 3*len(v))
+	for i, x := range v {
+		hi := float32(x)
+		mid := float32(x - float64(hi))
+		parts[3*i], parts[3*i+1], parts[3*i+2] = hi, mid, float32(x-float64(hi)-float64(mid))
+	}
+	buf, err := dev.Alloc(kernels.F32, len(parts))
+	if err != nil {
+		return err
+	}
+	defer dev.Free(buf)
+	dev.WriteF32(buf, parts)
+	if err := c.AllReduceSum(buf); err != nil {
+		return err
+	}
+	dev.ReadF32(parts, buf)
+	for i := range v {
+		v[i] = float64(parts[3*i]) + float64(parts[3*i+1]) + float64(parts[3*i+2])
+	}
+	return nil
+}

@@ -42,34 +42,11 @@ func (g group) rank() int {
 	return g.comm.Rank()
 }
 
-// gather makes every rank's local values known to every rank: rank r
-// passes values at its own indices and zeros elsewhere (len(v) is the
-// same on every rank), and v comes back with every rank's values. Each
-// float64 travels as three float32 parts (24 bits each) that the
-// all-reduce adds to zeros only, so values arrive exactly. On one rank v
-// is returned as it is.
+// gather makes every rank's local values known to every rank
+// (dist.ShareFloat64s: exact, each rank's values at its own indices).
 func (g group) gather(v []float64) error {
-	if g.size() == 1 || len(v) == 0 {
-		return nil
-	}
-	parts := make([]float32, 3*len(v))
-	for i, x := range v {
-		hi := float32(x)
-		mid := float32(x - float64(hi))
-		parts[3*i], parts[3*i+1], parts[3*i+2] = hi, mid, float32(x-float64(hi)-float64(mid))
-	}
-	buf, err := g.dev.Alloc(kernels.F32, len(parts))
-	if err != nil {
-		return err
-	}
-	defer g.dev.Free(buf)
-	g.dev.WriteF32(buf, parts)
-	if err := g.comm.AllReduceSum(buf); err != nil {
+	if err := dist.ShareFloat64s(g.comm, g.dev, v); err != nil {
 		return fmt.Errorf("ppo: exchange statistics over ranks: %w", err)
-	}
-	g.dev.ReadF32(parts, buf)
-	for i := range v {
-		v[i] = float64(parts[3*i]) + float64(parts[3*i+1]) + float64(parts[3*i+2])
 	}
 	return nil
 }

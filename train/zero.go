@@ -196,8 +196,8 @@ func (so *shardedOptimizer) reduce() error {
 }
 
 // sumSquares is the sum of squares of the reduced gradients over every
-// rank's owned ranges, summed across ranks. It travels as two F32 values
-// (the high part and the rest), so the sum keeps about 48 bits.
+// rank's owned ranges, summed across ranks: each rank's sum is shared
+// exactly (dist.ShareFloat64s) and the sums added in rank order.
 func (so *shardedOptimizer) sumSquares() (float64, error) {
 	var bufs []kernels.Buffer
 	for _, f := range so.flats {
@@ -205,26 +205,16 @@ func (so *shardedOptimizer) sumSquares() (float64, error) {
 			bufs = append(bufs, f.flat.Grads.Slice(r.Lo, r.Len()))
 		}
 	}
-	local := 0.0
+	parts := make([]float64, so.comm.Size())
 	if len(bufs) > 0 {
-		local = so.dev.SumSquares(bufs...)
+		parts[so.comm.Rank()] = so.dev.SumSquares(bufs...)
 	}
-	hi := float32(local)
-	parts := make([]float32, 2*so.comm.Size())
-	parts[2*so.comm.Rank()], parts[2*so.comm.Rank()+1] = hi, float32(local-float64(hi))
-	buf, err := so.dev.Alloc(kernels.F32, len(parts))
-	if err != nil {
-		return 0, err
-	}
-	defer so.dev.Free(buf)
-	so.dev.WriteF32(buf, parts)
-	if err := so.comm.AllReduceSum(buf); err != nil {
+	if err := dist.ShareFloat64s(so.comm, so.dev, parts); err != nil {
 		return 0, fmt.Errorf("gradient norm: %w", err)
 	}
-	so.dev.ReadF32(parts, buf)
 	sum := 0.0
-	for _, v := range parts { // each rank's value in its own slots: no rounding in the reduction
-		sum += float64(v)
+	for _, v := range parts {
+		sum += v
 	}
 	return sum, nil
 }

@@ -470,11 +470,13 @@ func (s *stage) Update(ctx context.Context, r train.Round) (map[string]float64, 
 func (s *stage) scaleScores(batches int) error {
 	G, R := s.cfg.GenBatch, s.g.size()
 	all := make([]float64, batches*(G+1)) // per batch: rows kept, then their scores
+	mine := map[int]*Batch{}
 	for k, b := range s.round.pending {
 		m := s.round.local[k]*R + s.g.rank()
 		if m >= batches {
 			return fmt.Errorf("ppo: generation batch %d of a round of %d", m, batches)
 		}
+		mine[m] = b
 		all[m*(G+1)] = float64(len(b.Kept))
 		for i, x := range b.RawScores {
 			all[m*(G+1)+1+i] = float64(x)
@@ -482,10 +484,6 @@ func (s *stage) scaleScores(batches int) error {
 	}
 	if err := s.g.gather(all); err != nil {
 		return err
-	}
-	mine := map[int]*Batch{}
-	for k, b := range s.round.pending {
-		mine[s.round.local[k]*R+s.g.rank()] = b
 	}
 	for m := range batches {
 		rows := int(all[m*(G+1)])

@@ -192,13 +192,6 @@ func (t *Trainer) group() group {
 	return group{comm: t.opts.Comm, dev: actor.Dev}
 }
 
-// Free releases both optimizers' state and unhooks the models (ZeRO 2
-// and 3).
-func (t *Trainer) Free() {
-	t.actorOpt.Free()
-	t.criticOpt.Free()
-}
-
 // Sharded reports whether the ranks hold different parts of the trained
 // state (ZeRO 1-3 on several ranks): each then checkpoints its own.
 func (t *Trainer) Sharded() bool { return t.actorOpt.Sharded() || t.criticOpt.Sharded() }

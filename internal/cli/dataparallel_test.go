@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -11,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gochat-ai/gochat/dist/mpi"
 	"github.com/gochat-ai/gochat/kernels/cpu"
@@ -135,35 +132,14 @@ func testDataParallelPPO(t *testing.T, launcher []string, bin string, ranks int,
 			"--use-score-scaling", "--seed", "7", "--dtype", "fp32", "--output-dir", dir, "--data-cache", "off",
 			"--save-interval", "4", "--skip-preflight"}
 	}
-	run := func(name string, argv ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, b.String())
-		}
-		return b.String()
-	}
 	oneDir, dpDir := filepath.Join(out, "one"), filepath.Join(out, "dp")
-	run("one process", append([]string{bin}, args(oneDir, ranks)...)...)
-	log := run(fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, 1)...), extra...)...)
+	mustRun(t, "one process", append([]string{bin}, args(oneDir, ranks)...))
+	log := mustRun(t, fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, 1)...), extra...))
 	if !strings.Contains(log, fmt.Sprintf(`"streams":%d`, ranks)) {
 		t.Errorf("the run did not report %d streams:\n%s", ranks, log)
 	}
 	for _, sub := range []string{"actor", "critic", "actor_ema"} {
-		one, dp := savedParams(t, filepath.Join(oneDir, sub)), savedParams(t, filepath.Join(dpDir, sub))
-		var ss float64
-		for _, v := range one {
-			ss += float64(v) * float64(v)
-		}
-		rms := math.Sqrt(ss / float64(len(one)))
-		worst := 0.0
-		for i := range one {
-			worst = max(worst, math.Abs(float64(dp[i])-float64(one[i]))/max(math.Abs(float64(one[i])), rms))
-		}
+		worst, _ := relDiff(savedParams(t, filepath.Join(oneDir, sub)), savedParams(t, filepath.Join(dpDir, sub)))
 		t.Logf("%s: largest relative difference %.3g", sub, worst)
 		if worst > 1e-5 {
 			t.Errorf("%s: %d ranks differ from one process by %.3g relative", sub, ranks, worst)
@@ -197,21 +173,9 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 			"--gradient-accumulation-steps", fmt.Sprint(accum), "--learning-rate", lr, "--num-train-epochs", "2",
 			"--max-grad-norm", "0.5", "--seed", "7", "--dtype", dtype, "--output-dir", dir, "--data-cache", "off", "--save-interval", "1"}
 	}
-	exe := func(name string, argv ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s: %v\n%s", name, err, b.String())
-		}
-		return b.String()
-	}
 	oneDir, dpDir := filepath.Join(out, "one"), filepath.Join(out, "dp")
-	exe("one process", append([]string{bin}, args(oneDir, ranks*accum)...)...)
-	log := exe(fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, accum)...), extra...)...)
+	mustRun(t, "one process", append([]string{bin}, args(oneDir, ranks*accum)...))
+	log := mustRun(t, fmt.Sprintf("mpirun -np %d", ranks), append(append(append(launcher, "-np", fmt.Sprint(ranks), bin), args(dpDir, accum)...), extra...))
 	if !strings.Contains(log, fmt.Sprintf(`"ranks":%d`, ranks)) || !strings.Contains(log, fmt.Sprintf(`"global_batch":%d`, 5*ranks*accum)) {
 		t.Errorf("the run did not report %d ranks and a global batch of %d:\n%s", ranks, 5*ranks*accum, log)
 	}
@@ -287,6 +251,16 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 }
 
 // savedParams reads the flat parameters of the model saved in dir.
+// mustRun is runJob that fails the test when the command fails.
+func mustRun(t *testing.T, name string, argv []string) string {
+	t.Helper()
+	out, err := runJob(t, argv)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+	return out
+}
+
 func savedParams(t *testing.T, dir string) []float32 {
 	t.Helper()
 	dev, _ := cpu.New(cpu.Options{Threads: 1})

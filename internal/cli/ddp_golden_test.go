@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -385,17 +383,10 @@ func TestDDPGolden(t *testing.T) {
 	}
 
 	bin := buildGochat(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	argv := append(append(launcher, "-np", fmt.Sprint(ddpRanks), bin, "--log-format", "json", "--threads", "1"), args...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("mpirun: %v\n%s", err, log.String())
-	}
-	if !strings.Contains(log.String(), fmt.Sprintf(`"ranks":%d`, ddpRanks)) {
-		t.Fatalf("the run did not report %d ranks:\n%s", ddpRanks, log.String())
+	log := mustRun(t, "mpirun", argv)
+	if !strings.Contains(log, fmt.Sprintf(`"ranks":%d`, ddpRanks)) {
+		t.Fatalf("the run did not report %d ranks:\n%s", ddpRanks, log)
 	}
 
 	res, err := tensor.Open(filepath.Join(out, "model.safetensors"))

@@ -27,7 +27,7 @@ func adamwBF16AVX512(p, lo *uint16, grad, m, v *float32, n int, k *adamWKernel)
 // could (false: the device's ISA is below AVX-512, or the CPU lacks it).
 // lo is nil for fp32 parameters (pf); bf16 parameters (ph) have halves lo.
 func (d *Device) adamWVec(u *adamWUpdate, pf []float32, ph, lo []uint16, g, m, v []float32) bool {
-	if d.isa < isaAVX512 || !bf16HasAVX512 {
+	if !d.avx512Streams() {
 		return false
 	}
 	n := len(g)
@@ -55,7 +55,7 @@ func sumSquaresAVX512(x *float32, n int) float64
 // sumSquaresVec sets *s to goSumSquares(x) computed with AVX-512 and
 // reports whether it could.
 func (d *Device) sumSquaresVec(x []float32, s *float64) bool {
-	if d.isa < isaAVX512 || !bf16HasAVX512 {
+	if !d.avx512Streams() {
 		return false
 	}
 	if len(x) == 0 {
@@ -65,3 +65,7 @@ func (d *Device) sumSquaresVec(x []float32, s *float64) bool {
 	*s = sumSquaresAVX512(&x[0], len(x))
 	return true
 }
+
+// avx512Streams reports whether the AVX-512 routines of this file may run:
+// the device's ISA allows AVX-512 and the CPU has F, BW and DQ.
+func (d *Device) avx512Streams() bool { return d.isa >= isaAVX512 && bf16HasAVX512 }

@@ -49,17 +49,7 @@ func adamWInputs(r *rand.Rand, n int) (p, g, m, v []float32) {
 // with either form of the lerp (beta1 0.9 and 0.3), a gradient scale, and
 // wild inputs.
 func TestAdamWVectorExact(t *testing.T) {
-	best, err := cpu.New(cpu.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(best.Name(), "avx512") {
-		t.Skip("no AVX-512 on this CPU: the portable code is the only one")
-	}
-	gen, err := cpu.New(cpu.Options{Threads: 1, ISA: "generic"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	best, gen := vectorAndPortable(t, 1)
 	same := func(a, b float32) bool {
 		return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
 	}
@@ -115,17 +105,7 @@ func TestAdamWVectorExact(t *testing.T) {
 // lengths over one and several blocks (values of similar magnitudes, so
 // that a change of summation order shows).
 func TestSumSquaresVectorExact(t *testing.T) {
-	best, err := cpu.New(cpu.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(best.Name(), "avx512") {
-		t.Skip("no AVX-512 on this CPU: the portable code is the only one")
-	}
-	gen, err := cpu.New(cpu.Options{Threads: 1, ISA: "generic"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	best, gen := vectorAndPortable(t, 2)
 	r := rand.New(rand.NewPCG(5, 6))
 	lengths := []int{1<<14 + 29, 3<<14 + 27, 100003}
 	for n := range 71 {
@@ -141,4 +121,21 @@ func TestSumSquaresVectorExact(t *testing.T) {
 			t.Fatalf("n=%d: vector %.17g, portable %.17g", n, a, b)
 		}
 	}
+}
+
+// vectorAndPortable returns a device with the CPU's best ISA (threads
+// threads) and one with the portable code; it skips without AVX-512.
+func vectorAndPortable(t *testing.T, threads int) (best, gen *cpu.Device) {
+	t.Helper()
+	best, err := cpu.New(cpu.Options{Threads: threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(best.Name(), "avx512") {
+		t.Skip("no AVX-512 on this CPU: the portable code is the only one")
+	}
+	if gen, err = cpu.New(cpu.Options{Threads: 1, ISA: "generic"}); err != nil {
+		t.Fatal(err)
+	}
+	return best, gen
 }

@@ -115,6 +115,68 @@ func TestDataParallel(t *testing.T) {
 	t.Run("ppo-3-ranks", func(t *testing.T) {
 		testDataParallelPPO(t, launcher, bin, 3, "--actor-zero-stage", "1")
 	})
+	t.Run("train-demo", func(t *testing.T) { testDataParallelTrain(t, launcher, bin) })
+}
+
+// testDataParallelTrain: `mpirun -np 2 gochat train` runs the three steps
+// of a shortened demo recipe on one MPI job (ZeRO-2 SFT, ZeRO-3 reward
+// model, ZeRO-3 actor and ZeRO-1 critic), rank 0 writing the generator's
+// files, the steps' outputs and the report; each step's models equal one
+// process's with the recipe's gradient accumulation doubled (fp32, within
+// 1e-5 relative, as above).
+func testDataParallelTrain(t *testing.T, launcher []string, bin string) {
+	dir := t.TempDir()
+	recipe := func(name, sft, rm, ppo string) string {
+		path := filepath.Join(dir, name)
+		body := `description: the demo, shortened, for the multi-rank test
+generator: demo
+actor: "{demo}/base"
+reward: "{output}/actor"
+steps:
+  sft: {data: ["{demo}/data/sft"], data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 16, max-steps: 3, add-eot-token: true, data-cache: "off", ` + sft + `}
+  reward: {data: ["{demo}/data/pairs"], data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 16, max-steps: 3, data-cache: "off", ` + rm + `}
+  ppo: {critic: "{output}/actor", reward: "{output}/reward", data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 8, per-device-training-batch-size: 8, max-steps: 2, num-warmup-steps: 0, enable-ema: true, data-cache: "off", ` + ppo + `}
+`
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	accum := "gradient-accumulation-steps: 2"
+	one := recipe("one.yaml", accum, accum, accum)
+	dp := recipe("dp.yaml", "zero-stage: 2", "zero-stage: 3", "actor-zero-stage: 3, critic-zero-stage: 1")
+	oneDir, dpDir := filepath.Join(dir, "one"), filepath.Join(dir, "dp")
+	args := func(recipe, out string) []string {
+		return []string{"--log-format", "json", "--threads", "1", "train", "--recipe", recipe, "--output-dir", out}
+	}
+	mustRun(t, "one process", append([]string{bin}, args(one, oneDir)...))
+	log := mustRun(t, "mpirun -np 2", append(append(launcher, "-np", "2", bin), args(dp, dpDir)...))
+	if n := strings.Count(log, `"message":"step done"`); n != 3 {
+		t.Errorf("%d steps done, want 3 (rank 0 reports):\n%s", n, log)
+	}
+	if strings.Contains(log, `"rank":1`) {
+		t.Errorf("rank 1 logged:\n%s", log)
+	}
+	for _, sub := range []string{"actor", "reward", "ppo/actor", "ppo/critic", "ppo/actor_ema"} {
+		worst, _ := relDiff(savedParams(t, filepath.Join(oneDir, sub)), savedParams(t, filepath.Join(dpDir, sub)))
+		t.Logf("%s: largest relative difference %.3g", sub, worst)
+		if worst > 1e-5 {
+			t.Errorf("%s: 2 ranks differ from one process by %.3g relative", sub, worst)
+		}
+	}
+	if slices.Equal(savedParams(t, filepath.Join(dpDir, "actor")), savedParams(t, filepath.Join(dpDir, "ppo/actor"))) {
+		t.Error("step 3 did not change the actor")
+	}
+	for _, f := range []string{"report.json", "actor/" + completeFile, "ppo/" + completeFile} {
+		if _, err := os.Stat(filepath.Join(dpDir, f)); err != nil {
+			t.Errorf("2-rank output: %v", err)
+		}
+	}
+	// A second run finds every step complete on every rank.
+	log = mustRun(t, "mpirun -np 2, again", append(append(launcher, "-np", "2", bin), args(dp, dpDir)...))
+	if n := strings.Count(log, "complete, skipped"); n != 3 {
+		t.Errorf("the second run skipped %d steps, want 3:\n%s", n, log)
+	}
 }
 
 // testDataParallelPPO runs gochat ppo on ranks ranks and in one process

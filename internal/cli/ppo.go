@@ -25,6 +25,7 @@ import (
 // in kebab case).
 type PPOOptions struct {
 	g                 *Globals
+	ranks             *group // the job's ranks when gochat train runs the step (stepRanks)
 	Actor, Critic     string
 	Reward            string
 	Tokenizer         string
@@ -245,11 +246,11 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	ranks, err := joinRanks(o.g, dev)
+	ranks, finish, err := stepRanks(o.g, o.ranks, dev)
 	if err != nil {
 		return err
 	}
-	defer func() { err = ranks.finish(err) }()
+	defer func() { err = finish(err) }()
 	log := o.g.Log
 	if _, err := os.Stat(filepath.Join(o.OutputDir, runFile)); err != nil && !o.Overwrite {
 		// A step-3 result without a run record (written by hand, or by an

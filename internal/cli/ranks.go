@@ -89,12 +89,17 @@ func (gr *group) shareFlag(dev kernels.Device, b bool) (bool, error) {
 	return v[0] != 0, nil
 }
 
-// singleRankOnly refuses a command that does not run data-parallel yet
-// when an MPI launcher started several ranks of it (every rank would run
-// the whole command and write the same files).
-func singleRankOnly(command string) error {
-	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
-		return usageErrorf("gochat %s does not run data-parallel yet (started by %s with %d ranks): run it without mpirun; gochat sft and gochat reward do", command, l.By, l.Size)
+// stepRanks returns the ranks a training command runs on and the function
+// that ends them with the command's error: the group gochat train joined
+// once for all its steps (shared; train ends it), or a new one (MPI is
+// initialized once per process, so the steps of train cannot each join).
+func stepRanks(g *Globals, shared *group, dev kernels.Device) (*group, func(error) error, error) {
+	if shared != nil {
+		return shared, func(err error) error { return err }, nil
 	}
-	return nil
+	gr, err := joinRanks(g, dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gr, gr.finish, nil
 }

@@ -31,8 +31,9 @@ import (
 // StageOptions are the options of `gochat sft` and `gochat reward`; flag
 // names are DeepSpeed-Chat's in kebab case.
 type StageOptions struct {
-	g    *Globals
-	Step int `json:"step"` // 1 (sft) or 2 (reward)
+	g     *Globals
+	ranks *group // the job's ranks when gochat train runs the step (stepRanks)
+	Step  int    `json:"step"` // 1 (sft) or 2 (reward)
 
 	Model         string   `json:"model"`
 	Tokenizer     string   `json:"tokenizer"`
@@ -300,11 +301,11 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	ranks, err := joinRanks(o.g, dev)
+	ranks, finish, err := stepRanks(o.g, o.ranks, dev)
 	if err != nil {
 		return err
 	}
-	defer func() { err = ranks.finish(err) }()
+	defer func() { err = finish(err) }()
 	log := o.g.Log
 	resolve := func() (err error) {
 		o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision)

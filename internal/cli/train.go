@@ -192,17 +192,31 @@ func (o *TrainOptions) setup(prepare bool) error {
 	return nil
 }
 
-func runTrain(o *TrainOptions) error {
-	if err := singleRankOnly("train"); err != nil {
+// runTrain runs the steps in order. Under mpirun every rank runs every
+// step data-parallel on one group joined here; rank 0 runs the recipe's
+// generator and writes the steps' outputs, and the ranks meet after each
+// step so that the next one reads a finished output (the output directory
+// must be shared by the ranks' machines, as DeepSpeed-Chat's is).
+func runTrain(o *TrainOptions) (err error) {
+	dev, err := newCPU(o.g)
+	if err != nil {
 		return err
 	}
+	ranks, err := joinRanks(o.g, dev)
+	if err != nil {
+		return err
+	}
+	defer func() { err = ranks.finish(err) }()
 	log := o.g.Log
 	start := time.Now()
 	// A recipe's generator (the demo's) makes its data and starting models
 	// first; the recipe refers to its folder as {NAME} and to the output
 	// directory as {output}.
-	if err := o.setup(true); err != nil {
+	if err := o.setup(ranks.writer()); err != nil {
 		return err
+	}
+	if err := ranks.comm.Barrier(); err != nil {
+		return fmt.Errorf("wait for rank 0's generator: %w", err)
 	}
 	if err := o.preflight(); err != nil {
 		return err
@@ -213,13 +227,22 @@ func runTrain(o *TrainOptions) error {
 			continue
 		}
 		st, so := o.newStep(n)
-		if o.complete(n) {
+		// Rank 0's view of the output directory decides for every rank.
+		done, err := ranks.shareFlag(dev, o.complete(n))
+		if err != nil {
+			return err
+		}
+		if done {
 			log.Info().Int("step", st.n).Str("output", st.dir).Msg("complete, skipped (--force reruns it)")
 			continue
 		}
+		_, statErr := os.Stat(filepath.Join(st.dir, runFile))
+		resume, err := ranks.shareFlag(dev, statErr == nil && !o.Force)
+		if err != nil {
+			return err
+		}
 		args := st.args
-		resumable := !o.Force
-		if _, err := os.Stat(filepath.Join(st.dir, runFile)); err == nil && resumable {
+		if resume {
 			args = append(args, "--resume")
 		} else {
 			args = append(args, "--overwrite")
@@ -229,11 +252,12 @@ func runTrain(o *TrainOptions) error {
 		}
 		releaseMemory() // the previous step's models and buffers, before this step's pre-flight
 		t0 := time.Now()
-		var err error
 		switch st.n {
 		case 1, 2:
+			so.stage.ranks = ranks
 			err = runStage(o.ctx(), so.stage)
 		case 3:
+			so.ppo.ranks = ranks
 			if o.gen != nil {
 				so.ppo.check = o.gen.Check
 			}
@@ -242,11 +266,19 @@ func runTrain(o *TrainOptions) error {
 		if err != nil {
 			return fmt.Errorf("step %d (%s): %w%s", st.n, st.name, err, hint(err))
 		}
+		if err := ranks.comm.Barrier(); err != nil {
+			return fmt.Errorf("step %d (%s): wait for rank 0's output: %w", st.n, st.name, err)
+		}
 		times[st.n] = time.Since(t0)
-		if err := os.WriteFile(filepath.Join(st.dir, completeFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-			return fmt.Errorf("mark step %d complete: %w", st.n, err)
+		if ranks.writer() {
+			if err := os.WriteFile(filepath.Join(st.dir, completeFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+				return fmt.Errorf("mark step %d complete: %w", st.n, err)
+			}
 		}
 		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
+	}
+	if !ranks.writer() {
+		return nil
 	}
 	ppoDir := o.stepDir(3)
 	if _, err := os.Stat(filepath.Join(ppoDir, completeFile)); o.gen != nil && err != nil {

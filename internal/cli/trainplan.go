@@ -51,7 +51,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 				return nil, err
 			}
 			in := so.stage.planWith(cfg, dt)
-			in.Parallel = o.parallel(n)
+			in.Parallel = o.parallel(n, launchParallel(so.stage.ZeROStage, 0, 0))
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)
@@ -71,7 +71,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 				return nil, err
 			}
 			in := so.ppo.planWith(cfgs[0], cfgs[1], cfgs[2], dt)
-			in.Parallel = o.parallel(n)
+			in.Parallel = o.parallel(n, launchParallel(0, so.ppo.ActorZeRO, so.ppo.CriticZeRO))
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)
@@ -86,11 +86,11 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 // parallel is how step n would run on the recipe's GPUs under its ZeRO
 // settings (recipes.Recipe.Later: zero-stage, actor-zero-stage,
 // critic-zero-stage, offload, inference-tp-size) when perGPU is set, else
-// one process as gochat runs today.
-func (o *TrainOptions) parallel(n int) plan.Parallel {
+// here: as launched (launchParallel of the step's parsed ZeRO flags).
+func (o *TrainOptions) parallel(n int, here plan.Parallel) plan.Parallel {
 	r := o.recipe
 	if !o.perGPU || r == nil || r.Budget.IsCPU() {
-		return plan.Parallel{}
+		return here
 	}
 	step := [...]string{"", "sft", "reward", "ppo"}[n]
 	num := func(k string) int {

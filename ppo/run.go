@@ -504,7 +504,7 @@ func (s *stage) scaleScores(batches int) error {
 func (s *stage) Sharded() bool { return s.tr.Sharded() }
 
 // Evaluate: step 3 has no evaluation set.
-func (s *stage) Evaluate() (map[string]float64, error) { return nil, nil }
+func (s *stage) Evaluate() (*train.Eval, error) { return nil, nil }
 
 // stageState is the host state of a step-3 checkpoint.
 type stageState struct {

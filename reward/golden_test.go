@@ -127,7 +127,11 @@ func TestStageMatchesPyTorch(t *testing.T) {
 			if _, err := Score(m, [][]int32{{}}, 0); err == nil {
 				t.Error("Score accepted an empty sequence")
 			}
-			ev, err := st.Evaluate()
+			e, err := st.Evaluate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := e.Run()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -117,34 +117,39 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 
 // Evaluate implements train.Stage: accuracy (chosen score > rejected score),
 // mean chosen and rejected scores, and the mean loss over the evaluation
-// pairs.
-func (s *Stage) Evaluate() (map[string]float64, error) {
+// pairs, in batches of EvalBatch pairs.
+func (s *Stage) Evaluate() (*train.Eval, error) {
 	if s.evalSet == nil || len(s.evalSet.Examples) == 0 {
-		return map[string]float64{}, nil
+		return &train.Eval{}, nil
 	}
 	exs := s.evalSet.Examples
-	var loss, chosen, rejected float64
-	correct := 0
-	for lo := 0; lo < len(exs); lo += s.opts.EvalBatch {
-		chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
-		a, err := s.actsFor(len(chunk), false)
-		if err != nil {
-			return nil, err
-		}
-		res, _, err := s.pairs(chunk, a, 0)
-		if err != nil {
-			return nil, err
-		}
-		loss += res.Loss * float64(len(chunk))
-		correct += res.Correct
-		for i := range chunk {
-			chosen += float64(res.ChosenScore[i])
-			rejected += float64(res.RejScore[i])
-		}
-	}
-	n := float64(len(exs))
-	return map[string]float64{"eval_loss": loss / n, "eval_accuracy": float64(correct) / n,
-		"chosen_mean": chosen / n, "rejected_mean": rejected / n}, nil
+	return &train.Eval{
+		Batches: (len(exs) + s.opts.EvalBatch - 1) / s.opts.EvalBatch,
+		Names:   []string{"loss_sum", "correct", "chosen_sum", "rejected_sum", "pairs"},
+		Batch: func(b int) ([]float64, error) {
+			lo := b * s.opts.EvalBatch
+			chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
+			a, err := s.actsFor(len(chunk), false)
+			if err != nil {
+				return nil, err
+			}
+			res, _, err := s.pairs(chunk, a, 0)
+			if err != nil {
+				return nil, err
+			}
+			v := []float64{res.Loss * float64(len(chunk)), float64(res.Correct), 0, 0, float64(len(chunk))}
+			for i := range chunk {
+				v[2] += float64(res.ChosenScore[i])
+				v[3] += float64(res.RejScore[i])
+			}
+			return v, nil
+		},
+		Metrics: func(sum []float64) (map[string]float64, error) {
+			n := sum[4]
+			return map[string]float64{"eval_loss": sum[0] / n, "eval_accuracy": sum[1] / n,
+				"chosen_mean": sum[2] / n, "rejected_mean": sum[3] / n}, nil
+		},
+	}, nil
 }
 
 func mean(x []float32) float64 {

@@ -35,7 +35,7 @@ func (f *fixedBatches) TrainBatch(_ []int, seed uint64) (train.BatchStats, error
 	return f.st.TrainBatch(idx, seed)
 }
 
-func (f *fixedBatches) Evaluate() (map[string]float64, error) { return map[string]float64{}, nil }
+func (f *fixedBatches) Evaluate() (*train.Eval, error) { return &train.Eval{}, nil }
 
 func readAll(t *testing.T, ck *tensor.Checkpoint, name string) []float32 {
 	t.Helper()

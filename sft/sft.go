@@ -102,39 +102,47 @@ func (s *Stage) TrainBatch(idx []int, seed uint64) (train.BatchStats, error) {
 }
 
 // Evaluate implements train.Stage: the token-weighted mean loss over the
-// evaluation set and its perplexity.
-func (s *Stage) Evaluate() (map[string]float64, error) {
+// evaluation set and its perplexity, in batches of EvalBatch examples.
+func (s *Stage) Evaluate() (*train.Eval, error) {
 	if s.evalSet == nil || len(s.evalSet.Examples) == 0 {
-		return map[string]float64{}, nil
+		return &train.Eval{}, nil
 	}
-	var sum float64
-	count := 0
 	exs := s.evalSet.Examples
-	for lo := 0; lo < len(exs); lo += s.opts.EvalBatch {
-		chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
-		mb, _, err := s.batch(chunk, 0)
-		if err != nil {
-			return nil, err
-		}
-		_, shape := s.opts.Acts(0)
-		shape.B = len(chunk)
-		a, err := s.m.ReuseActsIn(&s.evalActs, shape)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.m.Forward(a, mb); err != nil {
-			return nil, err
-		}
-		loss, n, err := s.m.MeanLoss(a)
-		if err != nil {
-			return nil, err
-		}
-		sum += float64(loss) * float64(n)
-		count += n
-	}
-	if count == 0 {
+	return &train.Eval{
+		Batches: (len(exs) + s.opts.EvalBatch - 1) / s.opts.EvalBatch,
+		Names:   []string{"loss_sum", "tokens"},
+		Batch: func(b int) ([]float64, error) {
+			lo := b * s.opts.EvalBatch
+			chunk := exs[lo:min(lo+s.opts.EvalBatch, len(exs))]
+			mb, _, err := s.batch(chunk, 0)
+			if err != nil {
+				return nil, err
+			}
+			_, shape := s.opts.Acts(0)
+			shape.B = len(chunk)
+			a, err := s.m.ReuseActsIn(&s.evalActs, shape)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.m.Forward(a, mb); err != nil {
+				return nil, err
+			}
+			loss, n, err := s.m.MeanLoss(a)
+			if err != nil {
+				return nil, err
+			}
+			return []float64{float64(loss) * float64(n), float64(n)}, nil
+		},
+		Metrics: evalMetrics,
+	}, nil
+}
+
+// evalMetrics is the mean loss per target token of the evaluation and its
+// perplexity, from the summed loss and token count.
+func evalMetrics(sum []float64) (map[string]float64, error) {
+	if sum[1] == 0 {
 		return nil, fmt.Errorf("the evaluation set has no target tokens")
 	}
-	l := sum / float64(count)
+	l := sum[0] / sum[1]
 	return map[string]float64{"eval_loss": l, "perplexity": math.Exp(l)}, nil
 }

@@ -73,8 +73,77 @@ type Stage interface {
 	// accumulating into the gradients the gradient of its mean loss. seed
 	// keys dropout.
 	TrainBatch(idx []int, seed uint64) (BatchStats, error)
-	// Evaluate computes evaluation metrics (e.g. "eval_loss").
-	Evaluate() (map[string]float64, error)
+	// Evaluate describes the stage's evaluation (see Eval); nil without
+	// an evaluation set.
+	Evaluate() (*Eval, error)
+}
+
+// Eval is an evaluation cut into batches whose results add up, so that
+// the ranks of a data-parallel run share it: the loop runs batches r,
+// r+R, ... on rank r of R, shares every batch's values exactly
+// (dist.ShareFloat64s) and adds them in batch order, so any number of
+// ranks logs the float64 metrics of one process.
+type Eval struct {
+	Batches int      // evaluation batches
+	Names   []string // the additive values each batch returns, in order
+	// Batch evaluates batch b, 0 ≤ b < Batches, and returns one value per
+	// name (sums over its examples or tokens, and their counts).
+	Batch func(b int) ([]float64, error)
+	// Metrics turns the values summed over all batches into the logged
+	// metrics (e.g. "eval_loss").
+	Metrics func(sum []float64) (map[string]float64, error)
+}
+
+// Run evaluates every batch in this process and returns the metrics.
+func (e *Eval) Run() (map[string]float64, error) {
+	vals, err := e.batches(0, 1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.metrics(vals)
+}
+
+// batches runs this rank's batches, calling idle (when non-nil) in place
+// of each batch it lacks against rank 0 (every rank makes ⌈Batches/ranks⌉
+// passes), and returns Batches×len(Names) values with zeros for the
+// batches of other ranks.
+func (e *Eval) batches(rank, ranks int, idle func() error) ([]float64, error) {
+	k := len(e.Names)
+	vals := make([]float64, e.Batches*k)
+	for b := rank; b < (e.Batches+ranks-1)/ranks*ranks; b += ranks {
+		if b >= e.Batches {
+			if idle != nil {
+				if err := idle(); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		v, err := e.Batch(b)
+		if err != nil {
+			return nil, fmt.Errorf("evaluation batch %d: %w", b, err)
+		}
+		if len(v) != k {
+			return nil, fmt.Errorf("evaluation batch %d: %d values for %d names %v", b, len(v), k, e.Names)
+		}
+		copy(vals[b*k:], v)
+	}
+	return vals, nil
+}
+
+// metrics adds the batches' values in batch order and finishes them.
+func (e *Eval) metrics(vals []float64) (map[string]float64, error) {
+	k := len(e.Names)
+	sum := make([]float64, k)
+	for b := range e.Batches {
+		for j := range sum {
+			sum[j] += vals[b*k+j]
+		}
+	}
+	if e.Metrics == nil {
+		return map[string]float64{}, nil
+	}
+	return e.Metrics(sum)
 }
 
 // RoundStage is what any stage plugs into the loop.
@@ -89,8 +158,8 @@ type RoundStage interface {
 	// step, epoch and tokens_per_sec. A *NonFiniteError stops the run (the
 	// loop fills in its step and checkpoint).
 	Update(ctx context.Context, r Round) (map[string]float64, error)
-	// Evaluate computes evaluation metrics; nil without evaluation.
-	Evaluate() (map[string]float64, error)
+	// Evaluate describes the evaluation; nil without one.
+	Evaluate() (*Eval, error)
 	// State returns what a checkpoint keeps: device buffers by name and a
 	// JSON-serialisable record of host state. Restore sets the host state
 	// back from the record, after the loop has loaded the buffers.
@@ -330,13 +399,22 @@ func (s *sgdStage) Update(_ context.Context, r Round) (map[string]float64, error
 	return rec, nil
 }
 
-func (s *sgdStage) Evaluate() (map[string]float64, error) { return s.st.Evaluate() }
+func (s *sgdStage) Evaluate() (*Eval, error) { return s.st.Evaluate() }
+
+// IdleEval implements evalIdler: the collectives of an evaluation batch
+// this rank lacks.
+func (s *sgdStage) IdleEval() error { return s.opt.IdleForward() }
 
 // Idle implements idler: the collectives of a batch this rank lacks.
 func (s *sgdStage) Idle() error { return s.opt.Idle() }
 
 // Sharded implements shardedState.
 func (s *sgdStage) Sharded() bool { return s.opt.Sharded() }
+
+// evalIdler is a RoundStage whose evaluation batches make collectives
+// (ZeRO-3's gathers): a rank with fewer evaluation batches than rank 0
+// calls IdleEval for each one it lacks.
+type evalIdler interface{ IdleEval() error }
 
 // idler is a RoundStage whose batches make collectives (ZeRO 2 and 3): a
 // rank that computes fewer batches in a round than rank 0 calls Idle once
@@ -607,12 +685,27 @@ func (l *loop) log(r Round, rec map[string]float64, elapsed time.Duration) error
 }
 
 func (l *loop) evaluate(final bool) error {
-	m, err := l.st.Evaluate()
+	e, err := l.st.Evaluate()
 	if err != nil {
 		return fmt.Errorf("evaluate at step %d: %w", l.pos.Step, err)
 	}
-	if m == nil {
+	if e == nil {
 		return nil
+	}
+	var idle func() error
+	if id, ok := l.st.(evalIdler); ok && l.ranks > 1 {
+		idle = id.IdleEval
+	}
+	vals, err := e.batches(l.rank, l.ranks, idle)
+	if err == nil {
+		err = dist.ShareFloat64s(l.cfg.Comm, l.dev, vals)
+	}
+	var m map[string]float64
+	if err == nil {
+		m, err = e.metrics(vals)
+	}
+	if err != nil {
+		return fmt.Errorf("evaluate at step %d: %w", l.pos.Step, err)
 	}
 	if final {
 		l.res.Eval = m

@@ -87,18 +87,20 @@ func (s *linStage) TrainBatch(idx []int, seed uint64) (BatchStats, error) {
 	return BatchStats{Loss: loss / float64(len(idx)), Tokens: len(idx)}, nil
 }
 
-func (s *linStage) Evaluate() (map[string]float64, error) {
-	var l float64
+func (s *linStage) Evaluate() (*Eval, error) {
 	w := make([]float32, s.w.Len())
 	s.dev.ReadF32(w, s.w)
-	for i := range s.x {
-		var p float32
-		for j, xj := range s.x[i] {
-			p += w[j] * xj
-		}
-		l += float64((p - s.y[i]) * (p - s.y[i]))
-	}
-	return map[string]float64{"eval_loss": l / float64(len(s.x))}, nil
+	return &Eval{Batches: len(s.x), Names: []string{"sq"},
+		Batch: func(i int) ([]float64, error) {
+			var p float32
+			for j, xj := range s.x[i] {
+				p += w[j] * xj
+			}
+			return []float64{float64((p - s.y[i]) * (p - s.y[i]))}, nil
+		},
+		Metrics: func(sum []float64) (map[string]float64, error) {
+			return map[string]float64{"eval_loss": sum[0] / float64(len(s.x))}, nil
+		}}, nil
 }
 
 func (s *linStage) trainable() Trainable {

@@ -199,7 +199,16 @@ func (o *Optimizer) Idle() error {
 	if o.sh == nil {
 		return nil
 	}
-	return o.sh.idle()
+	return o.sh.idle(false, true)
+}
+
+// IdleForward is Idle for a forward pass alone (an evaluation batch): the
+// gathers of ZeRO-3; nothing at other stages.
+func (o *Optimizer) IdleForward() error {
+	if o.sh == nil {
+		return nil
+	}
+	return o.sh.idle(false)
 }
 
 // Consolidate gathers ZeRO-3's partitioned parameters, so that every rank

@@ -248,18 +248,18 @@ func (so *shardedOptimizer) zeroGrads() {
 	}
 }
 
-// idle makes the collectives of one forward and one backward pass without
-// computing anything: a rank with no batch left in a round calls it for
-// each batch it lacks, so its hooked collectives pair with those of the
-// ranks that compute.
-func (so *shardedOptimizer) idle() error {
+// idle makes the collectives of the given passes (false: forward, true:
+// backward) without computing anything: a rank with no batch left in a
+// round calls it for each batch it lacks, so its hooked collectives pair
+// with those of the ranks that compute.
+func (so *shardedOptimizer) idle(passes ...bool) error {
 	for _, f := range so.flats {
 		if !f.hooked {
 			continue
 		}
 		h := f.flat.Model.Hook
 		L := len(f.x.Layout().Units) - 2
-		for _, backward := range []bool{false, true} {
+		for _, backward := range passes {
 			if err := h.Acquire(-1); err != nil {
 				return err
 			}

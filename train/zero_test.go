@@ -82,36 +82,45 @@ func (s *lmStage) TrainBatch(idx []int, seed uint64) (BatchStats, error) {
 	return BatchStats{Loss: float64(loss), Tokens: len(ids)}, nil
 }
 
-// Evaluate runs a forward pass on every rank, as the stages do: under
-// ZeRO-3 it gathers layer by layer too.
-func (s *lmStage) Evaluate() (map[string]float64, error) {
-	a, err := s.m.ReuseActsIn(&s.acts, model.ActsShape{B: 1, T: s.t, Opts: model.ActsOptions{Train: true}})
-	if err != nil {
-		return nil, err
-	}
-	in := model.Batch{IDs: s.seqs[0], Targets: model.ShiftLabels(s.seqs[0], 1, s.t)}
-	if err := s.m.Forward(a, in); err != nil {
-		return nil, err
-	}
-	loss, _, err := s.m.MeanLoss(a)
-	return map[string]float64{"eval_loss": float64(loss)}, err
+// Evaluate scores the first 4 sequences one per batch, as the stages do:
+// the ranks share the batches, and under ZeRO-3 a rank with fewer batches
+// than rank 0 makes the gathers of the forward passes it lacks.
+func (s *lmStage) Evaluate() (*Eval, error) {
+	return &Eval{Batches: 4, Names: []string{"loss"},
+		Batch: func(b int) ([]float64, error) {
+			a, err := s.m.ReuseActsIn(&s.acts, model.ActsShape{B: 1, T: s.t, Opts: model.ActsOptions{Train: true}})
+			if err != nil {
+				return nil, err
+			}
+			in := model.Batch{IDs: s.seqs[b], Targets: model.ShiftLabels(s.seqs[b], 1, s.t)}
+			if err := s.m.Forward(a, in); err != nil {
+				return nil, err
+			}
+			loss, _, err := s.m.MeanLoss(a)
+			return []float64{float64(loss)}, err
+		},
+		Metrics: func(sum []float64) (map[string]float64, error) {
+			return map[string]float64{"eval_loss": sum[0] / 4}, nil
+		},
+	}, nil
 }
 
 // zeroRun trains on ranks in-process ranks at a ZeRO stage and returns
-// rank 0's weights (every rank's must agree).
-func zeroRun(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config) []float32 {
+// rank 0's weights and final evaluation (every rank's must agree).
+func zeroRun(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config) ([]float32, float64) {
 	t.Helper()
-	w, err := zeroRunFail(t, ranks, stage, dt, cfg, -1)
+	w, ev, err := zeroRunFail(t, ranks, stage, dt, cfg, -1)
 	if err != nil {
 		t.Fatalf("%d ranks, ZeRO-%d: %v", ranks, stage, err)
 	}
-	return w
+	return w, ev
 }
 
 // zeroRunFail is zeroRun whose batch failAt (counted over the run, from
 // 0; -1 for none) fails on the rank that computes it.
-func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config, failAt int) ([]float32, error) {
+func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cfg Config, failAt int) ([]float32, float64, error) {
 	t.Helper()
+	evals := make([]float64, ranks)
 	devs := make([]kernels.Device, ranks)
 	for i := range devs {
 		devs[i] = must(cpu.New(cpu.Options{Threads: 1}))
@@ -124,9 +133,11 @@ func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cf
 		}
 		cfg := cfg
 		cfg.Comm, cfg.ZeRO = c, stage
-		if _, err := Run(context.Background(), dev, cfg, s, tr); err != nil {
+		res, err := Run(context.Background(), dev, cfg, s, tr)
+		if err != nil {
 			return err
 		}
+		evals[c.Rank()] = res.Eval["eval_loss"]
 		if s.m.Hook != nil {
 			return fmt.Errorf("the model is still hooked after Run")
 		}
@@ -136,14 +147,17 @@ func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cf
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for r := 1; r < ranks; r++ {
 		if d := maxRelDiff(out[r], out[0]); d != 0 {
 			t.Fatalf("%d ranks, ZeRO-%d: rank %d's weights differ from rank 0's by %g", ranks, stage, r, d)
 		}
+		if evals[r] != evals[0] {
+			t.Fatalf("%d ranks, ZeRO-%d: rank %d's eval_loss %v, rank 0's %v", ranks, stage, r, evals[r], evals[0])
+		}
 	}
-	return out[0], nil
+	return out[0], evals[0], nil
 }
 
 // maxRelDiff is the largest |a−b| / max(|b|, 1e-2) over the elements.
@@ -177,15 +191,21 @@ func TestZeROStagesMatchOneProcess(t *testing.T) {
 			one := c
 			one.GradAccum = 6
 			one.Dir = t.TempDir()
-			want := zeroRun(t, 1, 0, dt, one)
-			init := zeroRun(t, 1, 0, dt, Config{TrainSize: 13, MicroBatch: 13, GradAccum: 1, MaxSteps: 1,
+			want, wantEval := zeroRun(t, 1, 0, dt, one)
+			init, _ := zeroRun(t, 1, 0, dt, Config{TrainSize: 13, MicroBatch: 13, GradAccum: 1, MaxSteps: 1,
 				Schedule: "constant", AdamW: optim.DefaultAdamW, Fingerprint: "init", Log: zerolog.Nop(), Warmup: 1 << 20})
 			if d := maxRelDiff(want, init); d < 0.01 {
 				t.Fatalf("training moved the weights by %g relative: too little to compare", d)
 			}
 			for stage := zero.Stage(0); stage <= 3; stage++ {
 				c.Dir = t.TempDir()
-				got := zeroRun(t, ranks, stage, dt, c)
+				got, ev := zeroRun(t, ranks, stage, dt, c)
+				// The evaluation of the same weights is the same float64
+				// (each batch's loss is shared exactly and summed in order);
+				// of weights within the tolerance, within it too.
+				if d := math.Abs(ev-wantEval) / wantEval; d > tol || (d != 0 && maxRelDiff(got, want) == 0) {
+					t.Errorf("%v, %d ranks, ZeRO-%d: eval_loss %v, one process %v", dt, ranks, stage, ev, wantEval)
+				}
 				if d := maxRelDiff(got, want); d > tol {
 					t.Errorf("%v, %d ranks, ZeRO-%d: weights differ from one process by %.3g relative (tolerance %g)", dt, ranks, stage, d, tol)
 				} else {
@@ -206,7 +226,7 @@ func TestZeROResume(t *testing.T) {
 		c3 := cfg
 		c3.GradAccum = 2
 		c3.Dir = t.TempDir()
-		want := zeroRun(t, 3, 3, dt, c3)
+		want, _ := zeroRun(t, 3, 3, dt, c3)
 		for _, resume := range []struct {
 			ranks int
 			stage zero.Stage
@@ -215,7 +235,7 @@ func TestZeROResume(t *testing.T) {
 			c.Dir = t.TempDir()
 			// Batch 9 is in round 2 (6 batches a round): the checkpoint of
 			// round 1 stays.
-			if _, err := zeroRunFail(t, 3, 3, dt, c, 9); err == nil {
+			if _, _, err := zeroRunFail(t, 3, 3, dt, c, 9); err == nil {
 				t.Fatal("the failing rank did not stop the run")
 			}
 			if !HasCheckpoint(c.Dir) {
@@ -223,7 +243,7 @@ func TestZeROResume(t *testing.T) {
 			}
 			c.Resume = true
 			c.GradAccum = 6 / resume.ranks
-			got := zeroRun(t, resume.ranks, resume.stage, dt, c)
+			got, _ := zeroRun(t, resume.ranks, resume.stage, dt, c)
 			if d := maxRelDiff(got, want); d > 1e-5 {
 				t.Errorf("%v: resumed on %d ranks at ZeRO-%d: %.3g relative from the uninterrupted run", dt, resume.ranks, resume.stage, d)
 			}

@@ -229,9 +229,25 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 		mtol = 1e-3
 	}
 	out := t.TempDir()
+	// The sample as both the train and the test split: 24 evaluation
+	// examples in batches of 5, which the ranks share (on 2 ranks rank 1
+	// lacks one batch and, under ZeRO-3, makes its gathers idle).
+	ds := filepath.Join(out, "data")
+	for _, split := range []string{"train", "test"} {
+		b, err := os.ReadFile(sample())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(ds, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ds, split+".jsonl"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	args := func(dir string, accum int) []string {
-		return []string{"--log-format", "json", "--threads", "1", command, "--model", mdir, "--data", sample(),
-			"--data-split", split, "--max-seq-len", "48", "--per-device-train-batch-size", "5",
+		return []string{"--log-format", "json", "--threads", "1", command, "--model", mdir, "--data", ds,
+			"--data-split", split, "--max-seq-len", "48", "--per-device-train-batch-size", "5", "--per-device-eval-batch-size", "5",
 			"--gradient-accumulation-steps", fmt.Sprint(accum), "--learning-rate", lr, "--num-train-epochs", "2",
 			"--max-grad-norm", "0.5", "--seed", "7", "--dtype", dtype, "--output-dir", dir, "--data-cache", "off", "--save-interval", "1"}
 	}
@@ -292,7 +308,11 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 	if len(mo) != len(md) || len(mo) < 2 {
 		t.Fatalf("metrics: %d records on 2 ranks, %d in one process; want the same, at least 2", len(md), len(mo))
 	}
+	evals := 0 // records of the evaluation, which the ranks share
 	for i := range mo {
+		if _, ok := mo[i]["eval_loss"]; ok {
+			evals++
+		}
 		if len(md[i]) != len(mo[i]) {
 			t.Errorf("metrics record %d: %v on 2 ranks, %v in one process", i, md[i], mo[i])
 		}
@@ -304,6 +324,9 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 				t.Errorf("metrics record %d: %s %v on 2 ranks, %v in one process", i, k, a, b)
 			}
 		}
+	}
+	if evals == 0 {
+		t.Error("no evaluation records to compare")
 	}
 	for _, f := range []string{"model.safetensors", train.CheckpointDir + "/state.json", "loss.png"} {
 		if _, err := os.Stat(filepath.Join(dpDir, f)); err != nil {

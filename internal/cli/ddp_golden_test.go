@@ -183,7 +183,7 @@ func (r *ddpRecorder) Update(context.Context, train.Round) (map[string]float64, 
 	return map[string]float64{}, nil
 }
 
-func (r *ddpRecorder) Evaluate() (map[string]float64, error)   { return nil, nil }
+func (r *ddpRecorder) Evaluate() (*train.Eval, error)          { return nil, nil }
 func (r *ddpRecorder) State() (map[string]kernels.Buffer, any) { return nil, struct{}{} }
 func (r *ddpRecorder) Restore(json.RawMessage) error           { return nil }
 

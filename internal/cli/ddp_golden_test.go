@@ -318,7 +318,9 @@ func safetensorsMetadata(t *testing.T, path string) map[string]string {
 // max(|x|, 1e-3)) too. First it checks that gochat still computes from
 // the golden's inputs (the same examples, each rank's micro-batches at
 // every step, the same settings); when gochat's data pipeline or batch
-// order changes on purpose, regenerate the golden. Measured: largest weight difference 4.7e-7,
+// order changes on purpose, regenerate the golden. It runs at ZeRO
+// stages 0-3: partitioning changes where the update is computed, not
+// what it is. Measured: largest weight difference 4.7e-7,
 // metrics 1.2e-7. Without MPI it skips, except in CI (then it fails); it
 // needs no Python.
 func TestDDPGolden(t *testing.T) {
@@ -372,23 +374,51 @@ func TestDDPGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	dataPath := writeDDPData(t, mdir)
-	out := filepath.Join(dir, "out")
-	args := ddpSFTArgs(mdir, dataPath, out)
-
-	got := collectDDPInputs(t, args, ddpRanks)
+	got := collectDDPInputs(t, ddpSFTArgs(mdir, dataPath, filepath.Join(dir, "unused")), ddpRanks)
 	if !reflect.DeepEqual(got, want) {
 		gb, _ := json.Marshal(got)
 		t.Fatalf("gochat no longer computes from the golden's inputs (settings, examples or batch order changed); "+
 			"regenerate with /usr/bin/python3 scripts/gen_ddp_golden.py if that is intended.\ngochat: %s\ngolden: %s", gb, meta["inputs"])
 	}
 
-	bin := buildGochat(t)
-	argv := append(append(launcher, "-np", fmt.Sprint(ddpRanks), bin, "--log-format", "json", "--threads", "1"), args...)
-	log := mustRun(t, "mpirun", argv)
-	if !strings.Contains(log, fmt.Sprintf(`"ranks":%d`, ddpRanks)) {
-		t.Fatalf("the run did not report %d ranks:\n%s", ddpRanks, log)
+	finals, starts := map[string][]float32{}, map[string][]float32{}
+	var sq float64
+	count := 0
+	for _, name := range names {
+		finals[name], starts[name] = read("final."+name), read("init."+name)
+		for _, x := range finals[name] {
+			sq += float64(x) * float64(x)
+		}
+		count += len(finals[name])
+	}
+	rms := math.Sqrt(sq / float64(count))
+	refs := map[string][]float32{}
+	for _, k := range []string{"loss", "grad_norm", "lr"} {
+		refs[k] = read(k)
 	}
 
+	// DDP replicates everything; ZeRO 1-3 partition the optimizer state,
+	// gradients and parameters but must compute the same update.
+	bin := buildGochat(t)
+	for stage := 0; stage <= 3; stage++ {
+		t.Run(fmt.Sprintf("zero-%d", stage), func(t *testing.T) {
+			out := filepath.Join(dir, fmt.Sprintf("out-zero%d", stage))
+			args := append(ddpSFTArgs(mdir, dataPath, out), "--zero-stage", fmt.Sprint(stage))
+			argv := append(append(launcher, "-np", fmt.Sprint(ddpRanks), bin, "--log-format", "json", "--threads", "1"), args...)
+			log := mustRun(t, "mpirun", argv)
+			if !strings.Contains(log, fmt.Sprintf(`"ranks":%d`, ddpRanks)) || (stage > 0 && !strings.Contains(log, fmt.Sprintf(`"zero_stage":%d`, stage))) {
+				t.Fatalf("the run did not report %d ranks at ZeRO-%d:\n%s", ddpRanks, stage, log)
+			}
+			checkDDPGolden(t, out, names, finals, starts, refs, rms, want.Hparams.Steps)
+		})
+	}
+}
+
+// checkDDPGolden compares the model and metrics a run saved in out with
+// the golden's final weights (names; rms is their RMS), initial weights
+// and per-step loss, grad_norm and lr (refs) of steps steps.
+func checkDDPGolden(t *testing.T, out string, names []string, finals, starts, refs map[string][]float32, rms float64, steps int) {
+	t.Helper()
 	res, err := tensor.Open(filepath.Join(out, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
@@ -397,21 +427,9 @@ func TestDDPGolden(t *testing.T) {
 	if g := res.Names(); !slices.Equal(slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(names))) {
 		t.Fatalf("gochat saved %v; the golden has %v", g, names)
 	}
-	var sq float64
-	count := 0
-	finals := map[string][]float32{}
-	for _, name := range names {
-		v := read("final." + name)
-		finals[name] = v
-		for _, x := range v {
-			sq += float64(x) * float64(x)
-		}
-		count += len(v)
-	}
-	rms := math.Sqrt(sq / float64(count))
 	worst, worstAt, moved := 0.0, "", 0.0
 	for _, name := range names {
-		w, start := finals[name], read("init."+name)
+		w, start := finals[name], starts[name]
 		info, _ := res.Info(name)
 		g := make([]float32, info.Numel())
 		if err := res.ReadF32(name, g); err != nil {
@@ -428,7 +446,7 @@ func TestDDPGolden(t *testing.T) {
 			moved = math.Max(moved, math.Abs(float64(w[i]-start[i])))
 		}
 	}
-	t.Logf("largest relative difference from DDP %.3g (%s); %d weights, rms %.3g; training moved a weight by up to %.3g", worst, worstAt, count, rms, moved)
+	t.Logf("largest relative difference from DDP %.3g (%s); rms %.3g; training moved a weight by up to %.3g", worst, worstAt, rms, moved)
 	if worst > 1e-5 {
 		t.Errorf("gochat on %d ranks vs PyTorch DDP: %s, relative %.3g > 1e-5", ddpRanks, worstAt, worst)
 	}
@@ -442,12 +460,12 @@ func TestDDPGolden(t *testing.T) {
 			recs = append(recs, rec)
 		}
 	}
-	if len(recs) != want.Hparams.Steps {
-		t.Fatalf("%d metrics records, want %d", len(recs), want.Hparams.Steps)
+	if len(recs) != steps {
+		t.Fatalf("%d metrics records, want %d", len(recs), steps)
 	}
 	mworst := 0.0
 	for _, k := range []string{"loss", "grad_norm", "lr"} {
-		ref := read(k)
+		ref := refs[k]
 		for s, rec := range recs {
 			a, b := rec[k], float64(ref[s])
 			e := math.Abs(a-b) / math.Max(math.Abs(b), 1e-3)

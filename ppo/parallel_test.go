@@ -17,7 +17,7 @@ import (
 // (disttest; one process when ranks is 1) with the given ZeRO stages and
 // returns rank 0's trained state (runRig.state: actor, critic, EMA, after
 // Run consolidated them) and last metrics record.
-func runRanks(t *testing.T, ranks int, cfg RunConfig, dt kernels.DType, actorZ, criticZ zero.Stage) ([][]float32, map[string]float64) {
+func runRanks(t *testing.T, ranks int, cfg RunConfig, dt kernels.DType, actorZ, criticZ zero.Stage, withLoRA bool) ([][]float32, map[string]float64) {
 	t.Helper()
 	devs := make([]kernels.Device, ranks)
 	rigs := make([]*runRig, ranks)
@@ -27,7 +27,7 @@ func runRanks(t *testing.T, ranks int, cfg RunConfig, dt kernels.DType, actorZ, 
 			t.Fatal(err)
 		}
 		devs[r] = d
-		rigs[r] = newRunRigWith(t, d, testModelsOn(t, d, dt), false)
+		rigs[r] = newRunRigWith(t, d, testModelsOn(t, d, dt), withLoRA)
 	}
 	cfg.ActorZeRO, cfg.CriticZeRO = actorZ, criticZ
 	results := make([]*Result, ranks)
@@ -76,28 +76,43 @@ func TestRunDataParallel(t *testing.T) {
 		actor, critic zero.Stage
 		accum         int // per rank
 		tol, fewTol   float64
+		onlyLoRA      bool // actor LoRA adapters on a frozen base (--only-optimize-lora)
 	}{
-		{2, kernels.F32, 0, 0, 1, 1e-5, 1e-5},
-		{2, kernels.F32, 1, 2, 1, 1e-5, 1e-5},
-		{2, kernels.F32, 3, 3, 1, 1e-5, 1e-5},
-		{3, kernels.F32, 2, 3, 1, 1e-5, 1e-5},
-		{3, kernels.F32, 0, 1, 1, 1e-5, 1e-5},
-		{2, kernels.F32, 3, 1, 2, 1e-5, 1e-5},
-		{2, kernels.BF16, 3, 2, 1, 1e-5, 1.0 / 128},
+		{2, kernels.F32, 0, 0, 1, 1e-5, 1e-5, false},
+		{2, kernels.F32, 1, 2, 1, 1e-5, 1e-5, false},
+		{2, kernels.F32, 3, 3, 1, 1e-5, 1e-5, false},
+		{3, kernels.F32, 2, 3, 1, 1e-5, 1e-5, false},
+		{3, kernels.F32, 0, 1, 1, 1e-5, 1e-5, false},
+		{2, kernels.F32, 3, 1, 2, 1e-5, 1e-5, false},
+		{2, kernels.BF16, 3, 2, 1, 1e-5, 1.0 / 128, false},
+		// ZeRO-3 partitions the actor's frozen base as well; the hybrid
+		// engine gathers it and fuses the adapters for generation.
+		{3, kernels.F32, 3, 0, 1, 1e-5, 1e-5, true},
 	} {
 		name := fmt.Sprintf("%d ranks × %d streams/%v/actor ZeRO-%d/critic ZeRO-%d", c.ranks, c.accum, c.dt, c.actor, c.critic)
+		if c.onlyLoRA {
+			name += "/only LoRA"
+		}
 		t.Run(name, func(t *testing.T) {
 			one := base
 			one.GradAccum = c.ranks * c.accum
-			want, wantRec := runRanks(t, 1, one, c.dt, 0, 0)
-			many := base
+			one.OnlyOptimizeLoRA = c.onlyLoRA
+			want, wantRec := runRanks(t, 1, one, c.dt, 0, 0, c.onlyLoRA)
+			many := one
 			many.GradAccum = c.accum
-			got, gotRec := runRanks(t, c.ranks, many, c.dt, c.actor, c.critic)
+			got, gotRec := runRanks(t, c.ranks, many, c.dt, c.actor, c.critic, c.onlyLoRA)
 			if !(wantRec["kl"] > 0) || !(wantRec["ppo_steps"] > 0) {
 				t.Fatalf("the reference run trained nothing: %v", wantRec)
 			}
-			for i, names := range []string{"actor", "critic", "EMA"} {
-				compareWeights(t, names, got[i], want[i], c.tol, c.fewTol)
+			names := []string{"actor", "critic", "EMA"}
+			if c.onlyLoRA {
+				names = []string{"actor", "critic", "EMA", "adapters"}
+			}
+			if len(got) != len(names) || len(want) != len(names) {
+				t.Fatalf("%d and %d state buffers, want %v", len(got), len(want), names)
+			}
+			for i, name := range names {
+				compareWeights(t, name, got[i], want[i], c.tol, c.fewTol)
 			}
 			for _, k := range []string{"reward_score", "kl", "actor_loss", "critic_loss", "unsup_loss", "actor_grad_norm", "critic_grad_norm", "ppo_steps"} {
 				g, w := gotRec[k], wantRec[k]

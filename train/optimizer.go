@@ -297,16 +297,23 @@ func (o *Optimizer) GatherLike(name string, buf kernels.Buffer) error {
 // the master weights' low halves) of the ranges it updates.
 func (o *Optimizer) Held() (params, grads, state int64) {
 	for i, f := range o.flats {
-		pn, gn := f.Params.Len(), f.Grads.Len()
+		pn, gn := f.Params.Len(), 0
+		if f.Grads != nil {
+			gn = f.Grads.Len()
+		}
 		if o.sh != nil && o.sh.flats[i].hooked {
 			owned := o.sh.flats[i].x.Layout().OwnedElems()
-			gn = owned
+			if f.Grads != nil {
+				gn = owned
+			}
 			if o.sh.stage.PartitionsParams() {
 				pn = owned
 			}
 		}
 		params += int64(pn * f.Params.DType().Size())
-		grads += int64(gn * f.Grads.DType().Size())
+		if f.Grads != nil {
+			grads += int64(gn * f.Grads.DType().Size())
+		}
 	}
 	for _, g := range o.adam.Groups() {
 		for _, s := range g.Segments {

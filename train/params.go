@@ -48,6 +48,8 @@ func ModelTrainable(m *model.Model, o ParamOptions) (Trainable, error) {
 			tr.Flats = append(tr.Flats, Flat{Name: "v_head", Params: m.Params.VHead, Grads: m.Grads.VHead})
 			tr.Grads = append(tr.Grads, m.Grads.VHead)
 		}
+		// The frozen base, for ZeRO-3 to partition (Flat: no Grads).
+		tr.Flats = append(tr.Flats, Flat{Name: "model", Params: m.Params.Flat, Units: ModelUnits(m), Model: m})
 	} else {
 		// Consecutive parameters of the same group form one segment.
 		var cur *optim.Group

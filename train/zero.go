@@ -15,8 +15,11 @@ import (
 type Flat struct {
 	// Name names the buffer in checkpoints ("model", "lora"); a Trainable's
 	// State entry of the same name is this buffer's parameters.
-	Name          string
-	Params, Grads kernels.Buffer // the same length
+	Name string
+	// Params and Grads have the same length. A flat without Grads is
+	// frozen (the base model under --only-optimize-lora): no optimizer
+	// segment lies in it, and ZeRO-3 only partitions its parameters.
+	Params, Grads kernels.Buffer
 	// Units are the sizes of the consecutive runs ZeRO shards one by one
 	// (nil: the buffer is one unit).
 	Units []int
@@ -79,6 +82,9 @@ type sharded struct {
 	hooked bool // the model's passes reduce (stage ≥ 2) and gather (stage 3) it
 }
 
+// frozen reports whether the flat has no gradients (see Flat).
+func (f *sharded) frozen() bool { return f.flat.Grads == nil }
+
 // shardedOptimizer is the part of an Optimizer that ZeRO stages 1-3 add.
 type shardedOptimizer struct {
 	stage zero.Stage
@@ -108,14 +114,15 @@ func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainab
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("ZeRO layout of %s: %w", f.Name, err)
 		}
-		if lay.N != f.Params.Len() || f.Grads == nil || f.Grads.Len() != lay.N {
+		if lay.N != f.Params.Len() || (f.Grads != nil && f.Grads.Len() != lay.N) {
 			return nil, nil, nil, fmt.Errorf("train: ZeRO flat %s: units cover %d elements of %d", f.Name, lay.N, f.Params.Len())
 		}
 		x, err := zero.NewExchange(dev, comm, lay, 0)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		hooked := f.Model != nil && stage.PartitionsGrads()
+		// A frozen flat has nothing to reduce: only ZeRO-3 hooks it.
+		hooked := f.Model != nil && stage.PartitionsGrads() && (f.Grads != nil || stage.PartitionsParams())
 		if hooked && f.Model.Hook != nil {
 			return nil, nil, nil, fmt.Errorf("train: ZeRO-%d: model of %s already has a hook (one optimizer per model)", int(stage), f.Name)
 		}
@@ -183,7 +190,7 @@ func (so *shardedOptimizer) free() {
 // flats the model's passes did not reduce are reduce-scattered now.
 func (so *shardedOptimizer) reduce() error {
 	for _, f := range so.flats {
-		if f.hooked {
+		if f.hooked || f.frozen() {
 			continue
 		}
 		for u := range f.x.Layout().Units {
@@ -201,6 +208,9 @@ func (so *shardedOptimizer) reduce() error {
 func (so *shardedOptimizer) sumSquares() (float64, error) {
 	var bufs []kernels.Buffer
 	for _, f := range so.flats {
+		if f.frozen() {
+			continue
+		}
 		for _, r := range f.x.Layout().Owned() {
 			bufs = append(bufs, f.flat.Grads.Slice(r.Lo, r.Len()))
 		}
@@ -220,10 +230,10 @@ func (so *shardedOptimizer) sumSquares() (float64, error) {
 }
 
 // gather all-gathers the updated parameters (stages 1 and 2, and flats
-// the model does not gather itself at stage 3).
+// the model does not gather itself at stage 3; frozen flats never change).
 func (so *shardedOptimizer) gather() error {
 	for _, f := range so.flats {
-		if f.hooked && so.stage.PartitionsParams() {
+		if (f.hooked && so.stage.PartitionsParams()) || f.frozen() {
 			continue
 		}
 		if err := f.gatherParams(); err != nil {
@@ -238,6 +248,9 @@ func (so *shardedOptimizer) gather() error {
 // stays uncommitted).
 func (so *shardedOptimizer) zeroGrads() {
 	for _, f := range so.flats {
+		if f.frozen() {
+			continue
+		}
 		if !f.hooked {
 			so.dev.Zero(f.flat.Grads)
 			continue
@@ -313,10 +326,11 @@ func (h *zeroHook) Acquire(part int) error {
 
 // Release implements model.ParamHook: after a backward pass it
 // reduce-scatters the part's gradients into the owners' ranges and
-// releases the rest; at stage 3 it releases the part's parameters.
+// releases the rest (a frozen flat has none); at stage 3 it releases the
+// part's parameters.
 func (h *zeroHook) Release(part int, backward bool) error {
 	for _, u := range h.units(part) {
-		if backward {
+		if backward && !h.f.frozen() {
 			if err := h.f.x.ReduceScatter(h.f.flat.Grads, u); err != nil {
 				return err
 			}

@@ -1,10 +1,14 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -13,6 +17,7 @@ import (
 	"github.com/gochat-ai/gochat/dist/disttest"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/lora"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/optim"
 	"github.com/gochat-ai/gochat/zero"
@@ -30,7 +35,10 @@ type lmStage struct {
 	failSeed uint64
 }
 
-func newLMStage(t *testing.T, dev kernels.Device, dt kernels.DType, n int) (*lmStage, Trainable) {
+// newLMStage builds an lmStage over n sequences and its Trainable: the
+// whole model, or with loraDim > 0 only LoRA adapters of that rank on a
+// frozen base (--only-optimize-lora).
+func newLMStage(t *testing.T, dev kernels.Device, dt kernels.DType, n, loraDim int) (*lmStage, Trainable) {
 	t.Helper()
 	cfg := &model.Config{ModelType: "opt", VocabSize: 96, HiddenSize: 32, FFNDim: 64, NumLayers: 3, NumHeads: 4,
 		MaxPositions: 16, WordEmbedProjDim: 32, DoLayerNormBefore: true, EnableBias: true,
@@ -49,7 +57,16 @@ func newLMStage(t *testing.T, dev kernels.Device, dt kernels.DType, n int) (*lmS
 		}
 		s.seqs = append(s.seqs, seq)
 	}
-	tr, err := ModelTrainable(m, ParamOptions{LR: 1e-3, WeightDecay: 0.1})
+	po := ParamOptions{LR: 1e-3, WeightDecay: 0.1}
+	if loraDim > 0 {
+		lo, err := lora.New(m, lora.Config{Dim: loraDim}, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SetAdapter(lo)
+		po.LoRA, po.LoRALR, po.OnlyLoRA = lo, 1e-2, true
+	}
+	tr, err := ModelTrainable(m, po)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +144,7 @@ func zeroRunFail(t *testing.T, ranks int, stage zero.Stage, dt kernels.DType, cf
 	}
 	out := make([][]float32, ranks)
 	err := disttest.Run(devs, func(c dist.Comm, dev kernels.Device) error {
-		s, tr := newLMStage(t, dev, dt, cfg.TrainSize)
+		s, tr := newLMStage(t, dev, dt, cfg.TrainSize, 0)
 		if failAt >= 0 {
 			s.failSeed = microSeed(cfg.Seed, failAt)
 		}
@@ -249,4 +266,87 @@ func TestZeROResume(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestZeROOnlyLoRA: with only the LoRA adapters trained on a frozen base
+// (--only-optimize-lora), ZeRO-3 partitions the frozen base too, as
+// DeepSpeed does: each rank holds a third of it between passes (the
+// parameter bytes Run reports), the passes gather it layer by layer, and
+// stages 0-3 on 3 ranks give one process's adapters (fp32, 1e-5
+// relative) and leave the base as it was. A checkpoint every step saves
+// each rank's ranges of the base.
+func TestZeROOnlyLoRA(t *testing.T) {
+	cfg := Config{TrainSize: 13, MicroBatch: 2, Epochs: 2, Schedule: "linear", Warmup: 1,
+		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, SaveEvery: 1, Fingerprint: "zero-lora"}
+	type result struct {
+		adapters, base []float32
+		paramBytes     int64
+	}
+	run := func(ranks int, stage zero.Stage, gradAccum int) result {
+		t.Helper()
+		devs := make([]kernels.Device, ranks)
+		for i := range devs {
+			devs[i] = must(cpu.New(cpu.Options{Threads: 1}))
+		}
+		var res result
+		dir := t.TempDir() // the ranks' shared output directory
+		err := disttest.Run(devs, func(c dist.Comm, dev kernels.Device) error {
+			s, tr := newLMStage(t, dev, kernels.F32, cfg.TrainSize, 4)
+			var log bytes.Buffer
+			cfg := cfg
+			cfg.Comm, cfg.ZeRO, cfg.GradAccum, cfg.Dir = c, stage, gradAccum, dir
+			cfg.Log = zerolog.New(&log)
+			if _, err := Run(context.Background(), dev, cfg, s, tr); err != nil {
+				return err
+			}
+			if c.Rank() != 0 {
+				return nil
+			}
+			res.adapters = make([]float32, tr.State["lora"].Len())
+			dev.ReadF32(res.adapters, tr.State["lora"])
+			res.base = make([]float32, s.m.NumParams())
+			dev.ReadF32(res.base, s.m.Params.Flat)
+			var rec struct {
+				ParamBytes int64 `json:"param_bytes"`
+			}
+			for _, line := range strings.Split(log.String(), "\n") {
+				if strings.Contains(line, "trained state held per rank") {
+					if err := json.Unmarshal([]byte(line), &rec); err != nil {
+						return err
+					}
+				}
+			}
+			res.paramBytes = rec.ParamBytes
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%d ranks, ZeRO-%d: %v", ranks, stage, err)
+		}
+		return res
+	}
+	want := run(1, 0, 3)
+	init, _ := newLMStage(t, must(cpu.New(cpu.Options{Threads: 1})), kernels.F32, 1, 0)
+	base := make([]float32, init.m.NumParams())
+	init.m.Dev.ReadF32(base, init.m.Params.Flat)
+	held := map[zero.Stage]int64{}
+	for stage := zero.Stage(0); stage <= 3; stage++ {
+		got := run(3, stage, 1)
+		held[stage] = got.paramBytes
+		if d := maxRelDiff(got.adapters, want.adapters); d > 1e-5 {
+			t.Errorf("ZeRO-%d: adapters differ from one process by %.3g relative", stage, d)
+		}
+		if !slices.Equal(got.base, base) {
+			t.Errorf("ZeRO-%d: the frozen base changed", stage)
+		}
+	}
+	if d := maxRelDiff(want.adapters, run(1, 0, 1).adapters); d < 1e-3 {
+		t.Fatalf("the adapters moved by %.3g relative from a shorter run: too little to compare", d)
+	}
+	// Stage 3 holds the adapters whole and a third of the base (units are
+	// split evenly, up to rounding).
+	baseBytes := int64(len(base) * 4)
+	if full, part := held[0], held[3]; full < baseBytes || part > full-baseBytes+baseBytes/3+64 {
+		t.Errorf("parameter bytes held per rank: %d at ZeRO-0, %d at ZeRO-3; the base is %d bytes (want ZeRO-3 to hold a third of it)", full, part, baseBytes)
+	}
+	t.Logf("parameter bytes held per rank: %v", held)
 }

@@ -46,11 +46,10 @@ const Runtime int64 = 200 << 20
 // activations) from piling up to twice the live memory as GOGC=100 would.
 const GCPercent = 20
 
-// Parallel describes data-parallel training over several GPUs with
-// DeepSpeed's ZeRO, as DeepSpeed-Chat's GPU scripts run it. gochat runs one
-// process today (the zero value); the planner uses Parallel to check the
-// GPU recipes against their budgets for the issue that brings ZeRO. The
-// estimate is then per GPU: ZeRO stage 1 partitions the optimizer state
+// Parallel describes data-parallel training over several ranks with
+// ZeRO: gochat's own ranks under mpirun (Gochat), or DeepSpeed-Chat's GPU
+// scripts, against whose budgets the planner checks the GPU recipes. The
+// zero value is one process. The estimate is per rank: ZeRO stage 1 partitions the optimizer state
 // (moments, master weights) over Ranks, stage 2 also the gradients, stage
 // 3 also the weights (and, as DeepSpeed-Chat does, the frozen reference
 // and reward models follow the actor's and the critic's stage 3); Offload
@@ -64,6 +63,12 @@ type Parallel struct {
 	ActorStage, CriticStage int  // step 3: --actor-zero-stage, --critic-zero-stage
 	Offload                 bool // --offload: optimizer state on the host
 	InferenceTP             int  // step 3: --inference-tp-size (0 or 1: none)
+	// Gochat plans step 3's ZeRO-3 as gochat runs it (under mpirun), not
+	// as DeepSpeed-Chat does (a GPU recipe's budget): the frozen reference
+	// and reward models stay whole on every rank, and the experience
+	// phase gathers the actor and the critic whole (ppo.Trainer's
+	// gatherModels), next to the actor's fused-LoRA workspace.
+	Gochat bool
 }
 
 // GPUReserve is what a GPU process holds beyond its buffers in a GPU
@@ -401,11 +406,24 @@ func (p PPO) Estimate() (*Estimate, error) {
 
 	par := p.Parallel
 	refStage, rewardStage := 0, 0
-	if par.ActorStage == 3 {
+	if par.ActorStage == 3 && !par.Gochat {
 		refStage = 3
 	}
-	if par.CriticStage == 3 {
+	if par.CriticStage == 3 && !par.Gochat {
 		rewardStage = 3
+	}
+	// gathered is what gochat's experience phase adds under ZeRO-3: the
+	// critic's partitioned weights gathered, and the actor's when adapters
+	// are fused into a workspace besides (without them the workspace
+	// below stands for the gathered weights).
+	var gathered int64
+	if par.Gochat && par.Ranks > 1 {
+		if par.CriticStage == 3 {
+			gathered += critic.Weights - critic.Weights/int64(par.Ranks)
+		}
+		if par.ActorStage == 3 && p.ActorLoRA.Dim > 0 {
+			gathered += actor.Weights - actor.Weights/int64(par.Ranks)
+		}
 	}
 	par.partition(&actor, par.ActorStage)
 	par.partition(&ref, refStage)
@@ -509,8 +527,8 @@ func (p PPO) Estimate() (*Estimate, error) {
 	weights := actor.Weights + ref.Weights + critic.Weights + rm.Weights
 	e.Phases = []Phase{
 		{"load", weights + load},
-		{"generate", state + acts + loraActs + gen + fuse},
-		{"score", state + acts + loraActs + kept + score},
+		{"generate", state + acts + loraActs + gen + fuse + gathered},
+		{"score", state + acts + loraActs + kept + score + gathered},
 		{"train", state + acts + loraActs + kept},
 		{"save", state + acts + loraActs + kept + save},
 	}

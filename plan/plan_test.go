@@ -202,6 +202,36 @@ func TestParallel(t *testing.T) {
 	if a.Workspace != full/2 || a.Weights != full/8 {
 		t.Errorf("ZeRO-3 actor: %+v", a)
 	}
+	// As gochat runs ZeRO-3 (mpirun): the reference and reward models stay
+	// whole, and the experience phase holds the critic gathered.
+	p.Parallel = Parallel{Ranks: 4, ActorStage: 3, CriticStage: 3, Gochat: true}
+	g := must(p.Estimate())
+	ds := p
+	ds.Parallel.Gochat = false
+	d := must(ds.Estimate())
+	for i, name := range []string{"actor", "reference", "critic", "reward"} {
+		want := d.Models[i].Weights
+		if name == "reference" || name == "reward" {
+			want *= 4
+		}
+		if g.Models[i].Weights != want {
+			t.Errorf("gochat ZeRO-3 on 4 ranks: %s holds %d weight bytes, want %d", name, g.Models[i].Weights, want)
+		}
+	}
+	critic := int64(model.ParamCount(p.Critic, true) * 4)
+	phase := func(e *Estimate, name string) int64 {
+		for _, ph := range e.Phases {
+			if ph.Name == name {
+				return ph.Bytes
+			}
+		}
+		t.Fatalf("no phase %s", name)
+		return 0
+	}
+	frozenExtra := g.Models[1].Weights - d.Models[1].Weights + g.Models[3].Weights - d.Models[3].Weights
+	if got := phase(g, "generate") - phase(d, "generate") - frozenExtra; got != critic-critic/4 {
+		t.Errorf("gochat ZeRO-3: generation holds %d bytes more than the whole frozen models, want the gathered critic's %d", got, critic-critic/4)
+	}
 }
 
 // TestFit checks the changes Fit proposes: each fits, single changes come

@@ -39,7 +39,7 @@ func (g *Globals) availableMemory() (plan.Memory, error) {
 // one).
 func launchParallel(stage, actorStage, criticStage int) plan.Parallel {
 	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
-		return plan.Parallel{Ranks: l.Size, Stage: stage, ActorStage: actorStage, CriticStage: criticStage}
+		return plan.Parallel{Ranks: l.Size, Stage: stage, ActorStage: actorStage, CriticStage: criticStage, Gochat: true}
 	}
 	return plan.Parallel{}
 }

@@ -359,9 +359,9 @@ type job struct {
 // Build tokenizes one part of one dataset for a phase. It reads the files
 // once, streaming record batches, and keeps only the tokens of the rows in
 // the phase's slice. The result is cached under o.CacheDir (keyed by the
-// files, their sizes and modification times, the adapter, split, phase,
+// files' paths, sizes and SHA-256 digests, the adapter, split, phase,
 // seed, tokenizer and lengths), and a later call with the same key reads
-// the cache without tokenizing. A dataset without the part (no eval split)
+// the cache without tokenizing (it reads the files once to hash them). A dataset without the part (no eval split)
 // gives an empty set.
 func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
 	if err := o.check(phase); err != nil {

@@ -96,7 +96,7 @@ func LoadUnsupervised(ds *Dataset, column string, o Options) (*Set, error) {
 	if o.CacheDir != "" && o.TokenizerID != "" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "gochat data cache v%d\nunsupervised column %q block %d\n", cacheVersion, column, size)
-		if err := fileStamps(&b, files); err != nil {
+		if err := fileDigests(&b, files); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(&b, "tokenizer %q\nskip_malformed %v\n", o.TokenizerID, o.SkipMalformed)

@@ -28,7 +28,7 @@ import (
 // a reader never sees a partial file and a failed build writes nothing.
 
 // cacheVersion changes whenever the meaning of cached examples changes.
-const cacheVersion = 1
+const cacheVersion = 2 // 2: Stats.Nulls
 
 // cacheRows is the number of examples per record batch in a cache file.
 const cacheRows = 4096

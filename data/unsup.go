@@ -133,7 +133,7 @@ func LoadUnsupervised(ds *Dataset, column string, o Options) (*Set, error) {
 				st.Errors = append(st.Errors, bad.Error())
 			}
 		case cells[0].Null:
-			st.Empty++
+			st.null(column)
 		default:
 			texts = append(texts, cells[0].Str)
 		}

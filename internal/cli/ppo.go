@@ -442,6 +442,7 @@ func (o *PPOOptions) loadUnsupervised(dopts data.Options) (*data.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--unsupervised-dataset %s: %w", o.UnsupData, err)
 	}
+	logDataStats(o.g, "", set.Stats)
 	if len(set.Examples) == 0 {
 		return nil, usageErrorf("--unsupervised-dataset %s has no text in its train split", o.UnsupData)
 	}
@@ -459,8 +460,24 @@ func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	logDataStats(o.g, fmt.Sprintf("--max-prompt-seq-len %d", o.MaxPromptLen), set.Stats)
 	if len(set.Examples) == 0 {
-		return nil, usageErrorf("no step-3 prompts after --data-split %s and --max-prompt-seq-len %d", o.DataSplit, o.MaxPromptLen)
+		var tooLong int64
+		for _, st := range set.Stats {
+			tooLong += st.TooLong
+		}
+		if n := selectedRows(set); n > 0 {
+			why := fmt.Sprintf("%d with a prompt longer than --max-prompt-seq-len %d", tooLong, o.MaxPromptLen)
+			if tooLong < n {
+				why += fmt.Sprintf(", %d for the reasons the warnings give", n-tooLong)
+			}
+			if tooLong > 0 {
+				why += "; raise --max-prompt-seq-len"
+			}
+			return nil, usageErrorf("no step-3 prompts left in --data %s: all %d rows --data-split %s gives step 3 were dropped (%s)",
+				datasetNames(set), n, o.DataSplit, why)
+		}
+		return nil, usageErrorf("no step-3 prompts in --data %s after --data-split %s; give step 3 a larger share or more data", datasetNames(set), o.DataSplit)
 	}
 	return set, nil
 }

@@ -157,3 +157,39 @@ func TestNoTargetTokensRefused(t *testing.T) {
 		t.Errorf("ppo: warning %v, want 3 prompts dropped as too long", w)
 	}
 }
+
+// TestRewardModelNeedsValueHead: a model without a value head
+// (v_head.weight) is refused as a reward model — by `gochat score
+// --model` and by ppo's --reward, which defaults to --critic — naming the
+// flag and the directory, before ppo writes anything to --output-dir; as
+// --critic with a trained --reward it is a legitimate start (a fresh
+// value head, as the demo recipe does) and a notice says so (issue 13,
+// item 7).
+func TestRewardModelNeedsValueHead(t *testing.T) {
+	mdir, rm := tinyModel(t), rewardModel(t)
+	_, errOut, code := run(t, "score", "--model", mdir, "--prompt", "Hi", "--answer", " hello", "--dtype", "fp32")
+	if code == 0 || !strings.Contains(errOut, "--model "+mdir) || !strings.Contains(errOut, "no value head") {
+		t.Errorf("score with a model without v_head: code %d, %q; want an error naming --model %s", code, lastLine(errOut), mdir)
+	}
+	if _, errOut, code := run(t, "score", "--model", rm, "--prompt", "Hi", "--answer", " hello", "--dtype", "fp32"); code != 0 {
+		t.Errorf("score with a reward model: %s", lastLine(errOut))
+	}
+	out := filepath.Join(t.TempDir(), "ppo")
+	args := []string{"--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(), "--data-split", "0,0,1",
+		"--max-prompt-seq-len", "100", "--max-answer-seq-len", "4", "--per-device-generation-batch-size", "2",
+		"--per-device-training-batch-size", "2", "--max-steps", "1", "--data-cache", "off", "--dtype", "fp32", "--output-dir", out}
+	_, errOut, code = run(t, args...)
+	if code == 0 || !strings.Contains(errOut, "--reward "+mdir) || !strings.Contains(errOut, "no value head") {
+		t.Errorf("ppo with the default --reward (--critic) without v_head: code %d, %q", code, lastLine(errOut))
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the refused run left --output-dir behind: %v", err)
+	}
+	_, errOut, code = run(t, append(args, "--reward", rm)...)
+	if code != 0 {
+		t.Fatalf("ppo with a critic without v_head and a reward model: %s", lastLine(errOut))
+	}
+	if n := findLog(errOut, "info", map[string]any{"critic": mdir, "fresh_value_head": true}); n == nil {
+		t.Errorf("no notice of the critic's fresh value head in:\n%s", errOut)
+	}
+}

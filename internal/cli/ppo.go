@@ -98,7 +98,7 @@ func newPPOCmd(g *Globals, runF func(*PPOOptions) error) *cobra.Command {
 		Long: `Step 3 of RLHF: the actor (from step 1) generates answers to the phase-3
 prompts through the hybrid engine; the frozen reference (a copy of the actor),
 the critic (from step 2, trained) and the frozen reward model (--reward, default
-the critic's starting point) score them; then PPO updates the actor and the
+the critic's starting point; it must have a trained value head) score them; then PPO updates the actor and the
 critic (KL-penalised rewards, GAE, clipped losses), optionally with an actor
 EMA, and with --unsupervised-dataset a mixture step on the LM loss. Dropout is
 off in the training passes unless --actor-dropout / --critic-dropout (the old
@@ -263,6 +263,9 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		[2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward}); err != nil {
 		return err
 	}
+	if err := o.checkValueHeads(ranks.writer()); err != nil {
+		return err
+	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
 	if ranks.writer() {
 		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
@@ -294,7 +297,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	rm, err := load(o.rewardDir, "yes")
+	rm, err := load(o.rewardDir, "require")
 	if err != nil {
 		return err
 	}
@@ -376,6 +379,35 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		Float64("training_seconds", tm.TrainingSeconds).Float64("generation_tokens_per_sec", tm.GenerationTokensPerSec).
 		Float64("training_tokens_per_sec", tm.TrainingTokensPerSec).Str("output", o.OutputDir).Msg("done")
 	logMemory(o.g, dev, stepName(3))
+	return nil
+}
+
+// checkValueHeads looks for the value heads (v_head.weight) of the reward
+// model and the critic before anything is written: a reward model without
+// one is refused (a fresh head would score at random), a critic without
+// one starts with a fresh head seeded by --seed, with a notice (a
+// legitimate start, which gochat's demo recipe takes from the step-1
+// model; DeepSpeed-Chat starts the critic from the step-2 reward model).
+// notice says whether this rank logs it.
+func (o *PPOOptions) checkValueHeads(notice bool) error {
+	ok, err := model.SavedValueHead(o.rewardDir)
+	if err != nil {
+		return fmt.Errorf("--reward %s: %w", o.Reward, err)
+	}
+	if !ok {
+		def := ""
+		if o.Reward == o.Critic {
+			def = " (the default: --critic)"
+		}
+		return usageErrorf("--reward %s%s has no value head (v_head.weight): it is not a reward model, and a fresh head would score answers at random; pass a step-2 output (gochat reward) as --reward", o.Reward, def)
+	}
+	if ok, err = model.SavedValueHead(o.criticDir); err != nil {
+		return fmt.Errorf("--critic %s: %w", o.Critic, err)
+	}
+	if !ok && notice {
+		o.g.Log.Info().Str("critic", o.Critic).Bool("fresh_value_head", true).
+			Msgf("--critic %s has no value head (v_head.weight): the critic starts with a fresh one seeded by --seed (DeepSpeed-Chat starts it from the step-2 reward model)", o.Critic)
+	}
 	return nil
 }
 

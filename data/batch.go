@@ -81,6 +81,19 @@ func (c Collator) SFT(exs []Example) (Batch, error) {
 	return out, nil
 }
 
+// SFTTargets is the number of positions of ex that carry the phase-1 loss
+// in a batch of SFT: the labels after the first token (the model predicts
+// token t+1 from tokens up to t), from PromptLen on with ResponseOnly. An
+// example whose prompt fills T under ResponseOnly, or of one token, has
+// none: it trains nothing.
+func (c Collator) SFTTargets(ex Example) int {
+	from := 1
+	if c.ResponseOnly {
+		from = max(ex.PromptLen, 1)
+	}
+	return max(min(len(ex.IDs), c.T)-from, 0)
+}
+
 // Pairs pads phase-2 examples on the right into a chosen and a rejected
 // batch; row i of each comes from exs[i]. (DeepSpeed-Chat's collator stacks
 // them as [chosen; rejected], 2B rows.)

@@ -47,6 +47,38 @@ func TestCollatorSFT(t *testing.T) {
 	}
 }
 
+// TestSFTTargets: SFTTargets counts the labels of a batch of SFT that
+// the model's shift turns into targets (every label but the first of a
+// row), with and without ResponseOnly.
+func TestSFTTargets(t *testing.T) {
+	exs := []Example{
+		{IDs: []int32{2, 10, 11, 12, 20, 21, 2}, PromptLen: 4},
+		{IDs: []int32{2, 10, 20}, PromptLen: 2},
+		{IDs: []int32{2, 10, 11, 12, 13, 14, 15, 16}, PromptLen: 8}, // prompt fills the row
+		{IDs: []int32{2, 10, 11}, PromptLen: 3},
+		{IDs: []int32{2}, PromptLen: 0},
+		{IDs: []int32{2, 10}, PromptLen: 0},
+	}
+	for _, responseOnly := range []bool{false, true} {
+		c := Collator{T: 8, PAD: 1, ResponseOnly: responseOnly}
+		b, err := c.SFT(exs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r, ex := range exs {
+			want := 0
+			for _, l := range b.Labels[r*b.T+1 : (r+1)*b.T] {
+				if l != IgnoreIndex {
+					want++
+				}
+			}
+			if got := c.SFTTargets(ex); got != want {
+				t.Errorf("response only %v, example %d: SFTTargets %d, want %d", responseOnly, r, got, want)
+			}
+		}
+	}
+}
+
 func TestCollatorPromptsLeftPad(t *testing.T) {
 	exs := []Example{{IDs: []int32{2, 7, 8}}, {IDs: []int32{2, 9, 9, 9, 9}}, {IDs: []int32{2}}}
 	b, err := Collator{T: 5, PAD: 1}.Prompts(exs)

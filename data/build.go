@@ -171,12 +171,24 @@ type Stats struct {
 	Empty     int64 `json:"empty"`
 	Malformed int64 `json:"malformed"`
 	TooLong   int64 `json:"too_long"`
+	// Nulls counts the Empty rows by the first null column the phase
+	// needs (for the messages that say why rows were dropped).
+	Nulls map[string]int64 `json:"nulls,omitempty"`
 	// Truncated counts kept phase 1-2 examples cut at MaxSeqLen.
 	Truncated int64 `json:"truncated"`
 	// Errors holds the first few malformed-row messages.
 	Errors []string `json:"errors,omitempty"`
 	// Cached is true when the examples came from the cache.
 	Cached bool `json:"-"`
+}
+
+// null counts a row dropped for a null cell in column col.
+func (st *Stats) null(col string) {
+	st.Empty++
+	if st.Nulls == nil {
+		st.Nulls = map[string]int64{}
+	}
+	st.Nulls[col]++
 }
 
 // maxErrors is how many malformed-row messages Stats keep.
@@ -359,9 +371,9 @@ type job struct {
 // Build tokenizes one part of one dataset for a phase. It reads the files
 // once, streaming record batches, and keeps only the tokens of the rows in
 // the phase's slice. The result is cached under o.CacheDir (keyed by the
-// files, their sizes and modification times, the adapter, split, phase,
+// files' paths, sizes and SHA-256 digests, the adapter, split, phase,
 // seed, tokenizer and lengths), and a later call with the same key reads
-// the cache without tokenizing. A dataset without the part (no eval split)
+// the cache without tokenizing (it reads the files once to hash them). A dataset without the part (no eval split)
 // gives an empty set.
 func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
 	if err := o.check(phase); err != nil {
@@ -478,8 +490,8 @@ func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
 		if !inPhase {
 			return nil
 		}
-		if _, ok := a.needs(cells, phase); !ok {
-			st.Empty++
+		if col, ok := a.needs(cells, phase); !ok {
+			st.null(col)
 			return nil
 		}
 		s, err := a.Convert(cells)

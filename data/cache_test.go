@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -131,16 +132,44 @@ func TestCacheKey(t *testing.T) {
 			t.Errorf("%s: cache hit %v, want %v", c.name, hit, c.hit)
 		}
 	}
-	// Touching the file (a new modification time) invalidates its entries.
-	later := time.Now().Add(time.Hour)
+	// The key is the files' content: touching a file (a new modification
+	// time, the same bytes) keeps its entries, and an edit of the same size
+	// with the old modification time restored invalidates them.
+	st, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := st.ModTime().Add(time.Hour)
 	if err := os.Chtimes(f, later, later); err != nil {
 		t.Fatal(err)
 	}
 	tok := &byteTok{}
 	o := base
 	o.Tokenizer = tok
-	if _, err := Build(ds, Train, PhaseSFT, o); err != nil || tok.calls.Load() == 0 {
-		t.Errorf("modified file: err %v, tokenizer calls %d", err, tok.calls.Load())
+	if _, err := Build(ds, Train, PhaseSFT, o); err != nil || tok.calls.Load() != 0 {
+		t.Errorf("touched file: err %v, tokenizer calls %d, want a cache hit", err, tok.calls.Load())
+	}
+	edited := strings.ReplaceAll(string(b), "Human:", "HUMAN:")
+	if edited == string(b) {
+		t.Fatal("no \"Human:\" in the sample")
+	}
+	if err := os.WriteFile(f, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(f, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if st2, err := os.Stat(f); err != nil || st2.Size() != st.Size() || !st2.ModTime().Equal(later) {
+		t.Fatalf("edited file: %v, size %d (want %d), mtime restored %v", err, st2.Size(), st.Size(), st2.ModTime().Equal(later))
+	}
+	tok = &byteTok{}
+	o.Tokenizer = tok
+	set, err := Build(ds, Train, PhaseSFT, o)
+	if err != nil || tok.calls.Load() == 0 || set.Stats[0].Cached {
+		t.Fatalf("edited file (same size and mtime): err %v, tokenizer calls %d, want a re-tokenization", err, tok.calls.Load())
+	}
+	if !containsIDs(set, (&byteTok{}).Encode("HUMAN:")[1:]) {
+		t.Errorf("edited file: the examples do not hold the edited text")
 	}
 	// No tokenizer id or no folder: no cache.
 	for _, o := range []Options{
@@ -153,6 +182,18 @@ func TestCacheKey(t *testing.T) {
 			t.Errorf("cache used without id/folder: %v", err)
 		}
 	}
+}
+
+// containsIDs reports whether an example of set holds sub.
+func containsIDs(set *Set, sub []int32) bool {
+	for _, ex := range set.Examples {
+		for i := 0; i+len(sub) <= len(ex.IDs); i++ {
+			if slices.Equal(ex.IDs[i:i+len(sub)], sub) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestCacheCorrupt: an unreadable cache file is a miss and is replaced.

@@ -52,10 +52,12 @@
 // # Cache
 //
 // Built sets are cached as Arrow IPC files under a cache folder
-// (DefaultCacheDir), keyed by the files (path, size, modification time), the
-// adapter, part, phase, split, seed, tokenizer fingerprint and lengths, so a
-// second run reads the cache instead of tokenizing. A cache file is written
-// to a temporary name and renamed; a failed build writes nothing.
+// (DefaultCacheDir), keyed by the files (path, size and a SHA-256 of the
+// bytes: an edit is seen even when it keeps the size and the modification
+// time), the adapter, part, phase, split, seed, tokenizer fingerprint and
+// lengths, so a second run reads the cache instead of tokenizing. A cache
+// file is written to a temporary name and renamed; a failed build writes
+// nothing.
 //
 // # Where gochat differs from DeepSpeed-Chat
 //

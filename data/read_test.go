@@ -259,7 +259,7 @@ func TestSkipMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := set.Stats[0]
-	if st.Selected != 5 || st.Kept != 2 || st.Malformed != 2 || st.Empty != 1 || len(st.Errors) != 2 {
+	if st.Selected != 5 || st.Kept != 2 || st.Malformed != 2 || st.Empty != 1 || st.Nulls["chosen"] != 1 || len(st.Errors) != 2 {
 		t.Errorf("stats %+v", st)
 	}
 	// The same file without SkipMalformed fails on row 2.

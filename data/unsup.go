@@ -96,7 +96,7 @@ func LoadUnsupervised(ds *Dataset, column string, o Options) (*Set, error) {
 	if o.CacheDir != "" && o.TokenizerID != "" {
 		var b strings.Builder
 		fmt.Fprintf(&b, "gochat data cache v%d\nunsupervised column %q block %d\n", cacheVersion, column, size)
-		if err := fileStamps(&b, files); err != nil {
+		if err := fileDigests(&b, files); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(&b, "tokenizer %q\nskip_malformed %v\n", o.TokenizerID, o.SkipMalformed)
@@ -133,7 +133,7 @@ func LoadUnsupervised(ds *Dataset, column string, o Options) (*Set, error) {
 				st.Errors = append(st.Errors, bad.Error())
 			}
 		case cells[0].Null:
-			st.Empty++
+			st.null(column)
 		default:
 			texts = append(texts, cells[0].Str)
 		}

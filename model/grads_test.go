@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -164,6 +165,29 @@ func TestLoadInitialisesFreshValueHead(t *testing.T) {
 		a, b := vhead(dir, LoadOptions{ValueHead: "yes", ValueHeadSeed: 1}), vhead(dir, LoadOptions{})
 		if a == nil || !slices.Equal(a, b) || slices.Equal(a, wantVHead(1, len(a))) {
 			t.Errorf("%s: the checkpoint's v_head.weight was not what Load kept", dir)
+		}
+	}
+
+	// SavedValueHead tells a checkpoint with a value head from one
+	// without, and ValueHead "require" refuses the latter, naming it.
+	for _, c := range []struct {
+		dir   string
+		saved bool
+	}{
+		{filepath.Join("testdata", "golden", "preln"), false},
+		{filepath.Join("testdata", "golden", "postln"), true},
+		{filepath.Join("testdata", "formats", "rw_valuehead"), true},
+	} {
+		saved, err := SavedValueHead(c.dir)
+		if err != nil || saved != c.saved {
+			t.Errorf("SavedValueHead(%s) = %v, %v; want %v", c.dir, saved, err, c.saved)
+		}
+		m, err := Load(dev, c.dir, LoadOptions{ValueHead: "require"})
+		switch {
+		case c.saved && (err != nil || !m.HasValueHead()):
+			t.Errorf("%s, require: %v", c.dir, err)
+		case !c.saved && (!errors.Is(err, ErrNoValueHead) || !strings.Contains(err.Error(), c.dir) || !strings.Contains(err.Error(), "v_head.weight")):
+			t.Errorf("%s, require without v_head.weight: %v, want ErrNoValueHead naming the directory", c.dir, err)
 		}
 	}
 

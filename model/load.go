@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,8 +23,10 @@ var decoderPrefixes = []string{"model.decoder.", "decoder.", "rwtransformer.deco
 type LoadOptions struct {
 	// ValueHead: "auto" (or "") adds a value head when the checkpoint has
 	// v_head.weight; "yes" always adds one (initialised by InitValueHead
-	// from ValueHeadSeed when the file has none); "no" never does (a v_head
-	// in the file is ignored).
+	// from ValueHeadSeed when the file has none: see SavedValueHead);
+	// "require" loads the checkpoint's and fails with
+	// ErrNoValueHead when it has none (a reward model that scores);
+	// "no" never adds one (a v_head in the file is ignored).
 	ValueHead string
 	// ValueHeadSeed seeds the initialisation of a value head that Load adds
 	// and the checkpoint does not have (every value, 0 included, is a seed).
@@ -32,6 +35,10 @@ type LoadOptions struct {
 	// or BF16, whatever the file holds (values are rounded to nearest even).
 	DType kernels.DType
 }
+
+// ErrNoValueHead is Load's error for a checkpoint without v_head.weight
+// under ValueHead "require".
+var ErrNoValueHead = errors.New("no value head (v_head.weight)")
 
 // Load reads a Hugging Face model directory (config.json and any weight
 // layout tensor.OpenDir understands) onto dev.
@@ -52,9 +59,14 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 		vh = hasVHead
 	case "yes":
 		vh = true
+	case "require":
+		if !hasVHead {
+			return nil, fmt.Errorf("%s: %w", dir, ErrNoValueHead)
+		}
+		vh = true
 	case "no":
 	default:
-		return nil, fmt.Errorf("model: ValueHead option %q: want auto, yes or no", opts.ValueHead)
+		return nil, fmt.Errorf("model: ValueHead option %q: want auto, yes, require or no", opts.ValueHead)
 	}
 	m, err := New(dev, cfg, Options{ValueHead: vh, DType: opts.DType})
 	if err != nil {
@@ -69,6 +81,20 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 		m.InitValueHead(opts.ValueHeadSeed)
 	}
 	return m, nil
+}
+
+// SavedValueHead reports whether the model directory dir holds a value
+// head (v_head.weight), that is whether Load with ValueHead "yes" would
+// load a trained one rather than initialise a fresh one. It reads only the
+// checkpoint's index, not the weights.
+func SavedValueHead(dir string) (bool, error) {
+	ck, err := tensor.OpenDir(dir)
+	if err != nil {
+		return false, err
+	}
+	defer ck.Close()
+	_, ok := ck.Info("v_head.weight")
+	return ok, nil
 }
 
 // vheadStream is the second word of the PCG state that InitValueHead seeds

@@ -221,8 +221,8 @@ func readLegacyBin(file string, f io.ReaderAt, size int64) ([]*entry, error) {
 		return nil, err
 	}
 	if n, ok := pyInt(v); !ok || n != 1001 {
-		return nil, fileErr(file, "legacy format protocol version %v is not supported (want 1001); "+
-			"re-save the checkpoint with torch>=1.6", v)
+		return nil, fileErr(file, "legacy format protocol version %s is not supported (want 1001); "+
+			"re-save the checkpoint with torch>=1.6", show(v))
 	}
 	v, err = next("system info", nil)
 	if err != nil {
@@ -263,14 +263,14 @@ func readLegacyBin(file string, f io.ReaderAt, size int64) ([]*entry, error) {
 	}
 	keys, ok := v.(*types.List)
 	if !ok {
-		return nil, fileErr(file, "legacy format: storage key list is a %T", v)
+		return nil, fileErr(file, "legacy format: storage key list is %s", describe(v))
 	}
 	off := pos()
 	for _, k := range *keys {
 		key, ok := k.(string)
 		st := storages[key]
 		if !ok || st == nil {
-			return nil, fileErr(file, "legacy format: storage key %v is not used by any tensor", k)
+			return nil, fileErr(file, "legacy format: storage key %s is not used by any tensor", show(k))
 		}
 		if st.src != nil {
 			return nil, fileErr(file, "legacy format: storage key %q listed twice", key)

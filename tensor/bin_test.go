@@ -297,3 +297,60 @@ func TestOpenErrors(t *testing.T) {
 	_, err = Open("testdata")
 	wantErr(t, err, "testdata", "", "is a directory")
 }
+
+// TestPickleRefusals: a pickle that names any global other than torch's
+// tensor-rebuilding functions and storage classes is refused when it calls
+// or instantiates it, and every refusal names the global (module.name) in
+// words, never a Go value; nothing is ever executed.
+func TestPickleRefusals(t *testing.T) {
+	legacy := readFileT(t, "testdata/pt_legacy.bin")
+	system := func(p *pk) *pk { return p.op('(').str("touch /tmp/pwned").op('t', 'R') }
+	stackGlobal := func(module, name string) *pk { return newPK().str(module).str(name).op(0x93) }
+	for _, c := range []struct {
+		name string
+		file []byte
+		subs []string
+	}{
+		{"GLOBAL and REDUCE", withPickle(t, system(newPK().global("os", "system")).bytes()),
+			[]string{"refusing to execute os.system from the pickle"}},
+		{"STACK_GLOBAL and REDUCE", withPickle(t, system(stackGlobal("posix", "system")).bytes()),
+			[]string{"refusing to execute posix.system from the pickle"}},
+		{"inside a state dict", withPickle(t, system(newPK().op('}').str("w").global("builtins", "eval")).op('s').bytes()),
+			[]string{"refusing to execute builtins.eval from the pickle"}},
+		{"INST", withPickle(t, newPK().op('(').str("id").op('i').op([]byte("subprocess\ncheck_output\n")...).bytes()),
+			[]string{"refusing to execute subprocess.check_output from the pickle"}},
+		{"OBJ", withPickle(t, newPK().op('(').global("subprocess", "Popen").str("id").op('o').bytes()),
+			[]string{"refusing to execute subprocess.Popen from the pickle"}},
+		{"NEWOBJ", withPickle(t, newPK().global("subprocess", "Popen").op(')', 0x81).bytes()),
+			[]string{"refusing to instantiate subprocess.Popen from the pickle"}},
+		{"copy_reg._reconstructor", withPickle(t, newPK().global("copy_reg", "_reconstructor").op('(').
+			global("__main__", "Evil").global("subprocess", "Popen").op('N', 't', 'R').bytes()),
+			[]string{"refusing to instantiate subprocess.Popen from the pickle"}},
+		{"storage class called", withPickle(t, newPK().global("torch", "FloatStorage").op(')', 'R').bytes()),
+			[]string{"refusing to execute torch.FloatStorage from the pickle"}},
+		{"global as the top-level object", withPickle(t, newPK().global("os", "system").bytes()),
+			[]string{"top-level object is the global os.system", "want a state dict"}},
+		{"global as a value", withPickle(t, newPK().op('}').str("w").global("os", "system").op('s').bytes()),
+			[]string{"the global os.system", "not a tensor"}},
+		{"global as a storage", withPickle(t, newPK().op('}').str("w").global("torch._utils", "_rebuild_tensor_v2").op('(').
+			global("os", "system").int(0).ints(1).ints(1).op(0x89, '}', 't', 'R', 's').bytes()),
+			[]string{"storage argument is the global os.system"}},
+		{"global as a storage type", withPickle(t, newPK().op('}').str("c").
+			tensor("ComplexFloatStorage", "0", 12, 0, []int{1}, []int{1}).op('s').bytes()),
+			[]string{"unsupported storage type torch.ComplexFloatStorage"}},
+		{"legacy format", append(append(legacy[:15:15], system(newPK().global("os", "system")).bytes()...), legacy[21:]...),
+			[]string{"legacy format protocol version", "refusing to execute os.system from the pickle"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeTemp(t, "pytorch_model.bin", c.file)
+			ck, err := Open(p)
+			if err == nil {
+				ck.Close()
+			}
+			wantErr(t, err, p, "", c.subs...)
+			if msg := err.Error(); strings.Contains(msg, "types.") || strings.Contains(msg, "&{") || strings.Contains(msg, "tensor.") {
+				t.Errorf("error %q shows Go internals", msg)
+			}
+		})
+	}
+}

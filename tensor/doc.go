@@ -19,7 +19,10 @@
 // strided view of it starting at an element offset. The legacy pre-zip torch.save format is also
 // read. Pickles are decoded with github.com/nlpodyssey/gopickle under a restricted, non-executing
 // class resolver, after a pass that checks every opcode and length against the input, so
-// malformed files give errors, never panics or huge allocations.
+// malformed files give errors, never panics or huge allocations. Any global other than torch's
+// tensor-rebuilding functions and storage classes is inert: a pickle that calls or instantiates
+// one (os.system, builtins.eval, ...) is refused with an error naming it ("refusing to execute
+// os.system from the pickle").
 //
 // A sharded checkpoint is an index file, model.safetensors.index.json or
 // pytorch_model.bin.index.json, {"metadata": {...}, "weight_map": {name: shard file}}, beside its

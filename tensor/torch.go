@@ -29,7 +29,72 @@ var storageTypes = map[string]DType{
 
 // storageClass stands for a torch.*Storage class in a persistent id.
 type storageClass struct {
+	name  string // module.name as the pickle names it
 	dtype DType
+}
+
+// Call refuses a pickle that calls a storage class: a state dict only names
+// one in a persistent id.
+func (c *storageClass) Call(...any) (any, error) {
+	return nil, fmt.Errorf("refusing to execute %s from the pickle (a state dict only names storage classes in persistent ids)", c.name)
+}
+
+// pyGlobal is any other global a pickle names (os.system, builtins.eval,
+// ...). It is inert: calling or instantiating it is refused with an error
+// that names it, and a state dict that holds it is refused where a tensor
+// was expected. Nothing a pickle names is ever executed.
+type pyGlobal struct {
+	module, name string
+}
+
+func (g *pyGlobal) String() string { return g.module + "." + g.name }
+
+// Call refuses REDUCE, INST and OBJ on the global.
+func (g *pyGlobal) Call(...any) (any, error) {
+	return nil, fmt.Errorf("refusing to execute %s from the pickle (a state dict only calls torch's tensor-rebuilding functions)", g)
+}
+
+// PyNew refuses NEWOBJ, NEWOBJ_EX and copy_reg._reconstructor on the global.
+func (g *pyGlobal) PyNew(...any) (any, error) {
+	return nil, fmt.Errorf("refusing to instantiate %s from the pickle (a state dict only calls torch's tensor-rebuilding functions)", g)
+}
+
+// describe names a pickled value in words, as Python would, for error
+// messages: "the global os.system", "a list", "an int".
+func describe(v any) string {
+	switch x := v.(type) {
+	case *pyGlobal:
+		return "the global " + x.String()
+	case *storageClass:
+		return "the storage class " + x.name
+	case *binTensor:
+		return "a tensor"
+	case *binStorage:
+		return "a storage"
+	case nil:
+		return "None"
+	case bool:
+		return "a bool"
+	case int, *big.Int:
+		return "an int"
+	case float64:
+		return "a float"
+	case string:
+		return "a str"
+	case []byte, *types.ByteArray:
+		return "a bytes object"
+	case *types.Tuple:
+		return "a tuple"
+	case *types.List:
+		return "a list"
+	case *types.Dict, *types.OrderedDict:
+		return "a dict"
+	case *types.Set, *types.FrozenSet:
+		return "a set"
+	case types.Callable:
+		return "a callable"
+	}
+	return fmt.Sprintf("a %T", v)
 }
 
 // binStorage is one storage of a .bin file: numel elements of dtype in a region of the file.
@@ -59,7 +124,7 @@ func (rebuildTensor) Call(args ...any) (any, error) {
 	}
 	st, ok := args[0].(*binStorage)
 	if !ok {
-		return nil, fmt.Errorf("_rebuild_tensor: storage argument is a %T", args[0])
+		return nil, fmt.Errorf("_rebuild_tensor: storage argument is %s", describe(args[0]))
 	}
 	off, ok := pyInt(args[1])
 	if !ok || off < 0 {
@@ -108,7 +173,7 @@ func (rebuildFromType) Call(args ...any) (any, error) {
 }
 
 // torchFindClass resolves the globals a state-dict pickle refers to. Unknown globals become inert
-// gopickle GenericClass values (nothing is ever executed), which fail later if used as tensors.
+// pyGlobal values (nothing is ever executed): calling or instantiating one is refused, naming it.
 func torchFindClass(module, name string) (any, error) {
 	switch module + "." + name {
 	case "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_tensor":
@@ -120,10 +185,22 @@ func torchFindClass(module, name string) (any, error) {
 	}
 	if module == "torch" || module == "torch.storage" {
 		if dt, ok := storageTypes[name]; ok {
-			return &storageClass{dtype: dt}, nil
+			return &storageClass{name: module + "." + name, dtype: dt}, nil
 		}
 	}
-	return types.NewGenericClass(module, name), nil
+	return &pyGlobal{module: module, name: name}, nil
+}
+
+// show writes a pickled int or str as Python would, and anything else by
+// describe.
+func show(v any) string {
+	if n, ok := pyInt(v); ok {
+		return fmt.Sprint(n)
+	}
+	if s, ok := v.(string); ok {
+		return fmt.Sprintf("%q", s)
+	}
+	return describe(v)
 }
 
 // pyInt returns a pickled integer as int64.
@@ -185,8 +262,8 @@ func parseStorageID(pid any) (storageID, error) {
 	}
 	sc, ok := t.Get(1).(*storageClass)
 	if !ok {
-		if g, isG := t.Get(1).(*types.GenericClass); isG {
-			return id, fmt.Errorf("unsupported storage type %s.%s", g.Module, g.Name)
+		if g, isG := t.Get(1).(*pyGlobal); isG {
+			return id, fmt.Errorf("unsupported storage type %s", g)
 		}
 		return id, errors.New("persistent id: storage type is not a torch storage class")
 	}
@@ -222,14 +299,14 @@ func stateDictEntries(path string, obj any, resolve func(*binStorage) error) ([]
 			items = append(items, kv{e.Key, e.Value})
 		}
 	default:
-		return nil, fileErr(path, "top-level object is a %T, want a state dict (dict of name to tensor)", obj)
+		return nil, fileErr(path, "top-level object is %s, want a state dict (dict of name to tensor)", describe(obj))
 	}
 	seen := map[string]bool{}
 	var es []*entry
 	for _, it := range items {
 		name, ok := it.k.(string)
 		if !ok {
-			return nil, fileErr(path, "state dict key is a %T, want a string", it.k)
+			return nil, fileErr(path, "state dict key is %s, want a string", describe(it.k))
 		}
 		if seen[name] {
 			return nil, tensorErr(path, name, "duplicate name in state dict")
@@ -237,8 +314,8 @@ func stateDictEntries(path string, obj any, resolve func(*binStorage) error) ([]
 		seen[name] = true
 		t, ok := it.v.(*binTensor)
 		if !ok {
-			return nil, tensorErr(path, name, "value is not a tensor but a %T (nested or non-tensor "+
-				"state dicts are not supported)", it.v)
+			return nil, tensorErr(path, name, "value is %s, not a tensor (nested or non-tensor "+
+				"state dicts are not supported)", describe(it.v))
 		}
 		if err := resolve(t.storage); err != nil {
 			return nil, &Error{File: path, Tensor: name, Err: err}

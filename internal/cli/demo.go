@@ -86,7 +86,7 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 	if err != nil {
 		return 0, 0, err
 	}
-	rm, err := model.Load(dev, rewardDir, model.LoadOptions{ValueHead: "yes"})
+	rm, err := model.Load(dev, rewardDir, model.LoadOptions{ValueHead: "require"})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -98,7 +98,7 @@ func newPPOCmd(g *Globals, runF func(*PPOOptions) error) *cobra.Command {
 		Long: `Step 3 of RLHF: the actor (from step 1) generates answers to the phase-3
 prompts through the hybrid engine; the frozen reference (a copy of the actor),
 the critic (from step 2, trained) and the frozen reward model (--reward, default
-the critic's starting point) score them; then PPO updates the actor and the
+the critic's starting point; it must have a trained value head) score them; then PPO updates the actor and the
 critic (KL-penalised rewards, GAE, clipped losses), optionally with an actor
 EMA, and with --unsupervised-dataset a mixture step on the LM loss. Dropout is
 off in the training passes unless --actor-dropout / --critic-dropout (the old
@@ -263,6 +263,9 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		[2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward}); err != nil {
 		return err
 	}
+	if err := o.checkValueHeads(ranks.writer()); err != nil {
+		return err
+	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
 	if ranks.writer() {
 		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
@@ -294,7 +297,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	rm, err := load(o.rewardDir, "yes")
+	rm, err := load(o.rewardDir, "require")
 	if err != nil {
 		return err
 	}
@@ -379,6 +382,35 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	return nil
 }
 
+// checkValueHeads looks for the value heads (v_head.weight) of the reward
+// model and the critic before anything is written: a reward model without
+// one is refused (a fresh head would score at random), a critic without
+// one starts with a fresh head seeded by --seed, with a notice (a
+// legitimate start, which gochat's demo recipe takes from the step-1
+// model; DeepSpeed-Chat starts the critic from the step-2 reward model).
+// notice says whether this rank logs it.
+func (o *PPOOptions) checkValueHeads(notice bool) error {
+	ok, err := model.SavedValueHead(o.rewardDir)
+	if err != nil {
+		return fmt.Errorf("--reward %s: %w", o.Reward, err)
+	}
+	if !ok {
+		def := ""
+		if o.Reward == o.Critic {
+			def = " (the default: --critic)"
+		}
+		return usageErrorf("--reward %s%s has no value head (v_head.weight): it is not a reward model, and a fresh head would score answers at random; pass a step-2 output (gochat reward) as --reward", o.Reward, def)
+	}
+	if ok, err = model.SavedValueHead(o.criticDir); err != nil {
+		return fmt.Errorf("--critic %s: %w", o.Critic, err)
+	}
+	if !ok && notice {
+		o.g.Log.Info().Str("critic", o.Critic).Bool("fresh_value_head", true).
+			Msgf("--critic %s has no value head (v_head.weight): the critic starts with a fresh one seeded by --seed (DeepSpeed-Chat starts it from the step-2 reward model)", o.Critic)
+	}
+	return nil
+}
+
 // resolveModels finds the local directories of the actor, critic, reward
 // model and tokenizer (downloading Hub ids the cache lacks).
 func (o *PPOOptions) resolveModels() error {
@@ -442,6 +474,7 @@ func (o *PPOOptions) loadUnsupervised(dopts data.Options) (*data.Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--unsupervised-dataset %s: %w", o.UnsupData, err)
 	}
+	logDataStats(o.g, "", set.Stats)
 	if len(set.Examples) == 0 {
 		return nil, usageErrorf("--unsupervised-dataset %s has no text in its train split", o.UnsupData)
 	}
@@ -459,8 +492,24 @@ func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	logDataStats(o.g, fmt.Sprintf("--max-prompt-seq-len %d", o.MaxPromptLen), set.Stats)
 	if len(set.Examples) == 0 {
-		return nil, usageErrorf("no step-3 prompts after --data-split %s and --max-prompt-seq-len %d", o.DataSplit, o.MaxPromptLen)
+		var tooLong int64
+		for _, st := range set.Stats {
+			tooLong += st.TooLong
+		}
+		if n := selectedRows(set); n > 0 {
+			why := fmt.Sprintf("%d with a prompt longer than --max-prompt-seq-len %d", tooLong, o.MaxPromptLen)
+			if tooLong < n {
+				why += fmt.Sprintf(", %d for the reasons the warnings give", n-tooLong)
+			}
+			if tooLong > 0 {
+				why += "; raise --max-prompt-seq-len"
+			}
+			return nil, usageErrorf("no step-3 prompts left in --data %s: all %d rows --data-split %s gives step 3 were dropped (%s)",
+				datasetNames(set), n, o.DataSplit, why)
+		}
+		return nil, usageErrorf("no step-3 prompts in --data %s after --data-split %s; give step 3 a larger share or more data", datasetNames(set), o.DataSplit)
 	}
 	return set, nil
 }

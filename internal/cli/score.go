@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -33,7 +34,8 @@ func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
 		Long: `Score answers with a reward model, as DeepSpeed-Chat's rw_eval.py does: each
 answer is appended to the prompt, followed by --end-text, and the text is
 tokenized as one (reward.Sequence: the sequences step 2 trains on and step 3
-scores); the score is the value head's output at the last token.
+scores); the score is the value head's output at the last token. A model
+without a trained value head (v_head.weight) is refused.
 Higher is better; only differences between answers to the same prompt are
 meaningful. Prints one "score<TAB>answer" line per answer, or with --json
 one object {"prompt", "answers", "scores"}.`,
@@ -76,7 +78,10 @@ func runScore(opts *ScoreOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "yes", DType: dt})
+	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "require", DType: dt})
+	if errors.Is(err, model.ErrNoValueHead) {
+		return usageErrorf("--model %s has no value head (v_head.weight): it is not a reward model, and its scores would mean nothing; score with a step-2 output (gochat reward)", opts.Model)
+	}
 	if err != nil {
 		return err
 	}

@@ -437,8 +437,17 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 	if err != nil {
 		return nil, nil, err
 	}
+	lenFlag := fmt.Sprintf("--max-seq-len %d", o.MaxSeqLen)
+	logDataStats(o.g, lenFlag, trainSet.Stats)
+	logDataStats(o.g, lenFlag, evalSet.Stats)
 	if len(trainSet.Examples) == 0 {
+		if n := selectedRows(trainSet); n > 0 {
+			return nil, nil, usageErrorf("the step-%d training split of --data %s is empty: all %d rows --data-split %s gives it were dropped (see the warnings)", o.Step, datasetNames(trainSet), n, o.DataSplit)
+		}
 		return nil, nil, usageErrorf("the step-%d training split is empty after --data-split %s; give this step a larger share or more data", o.Step, o.DataSplit)
+	}
+	if err := o.checkLearnable(trainSet, evalSet); err != nil {
+		return nil, nil, err
 	}
 	return trainSet, evalSet, nil
 }

@@ -383,11 +383,12 @@ func ppoArgs(dir, out string, extra ...string) []string {
 }
 
 // TestPPOSmoke runs step 3 end to end on the shared sample's prompts with a
-// tiny model as actor, critic and reward model.
+// tiny model as actor and critic (a fresh value head) and the same model
+// with a value head as the reward model.
 func TestPPOSmoke(t *testing.T) {
-	mdir := tinyModel(t)
+	mdir, rm := tinyModel(t), rewardModel(t)
 	out := filepath.Join(t.TempDir(), "ppo")
-	_, errOut, code := run(t, ppoArgs(mdir, out, "--max-answer-seq-len", "8", "--per-device-training-batch-size", "2",
+	_, errOut, code := run(t, ppoArgs(mdir, out, "--reward", rm, "--max-answer-seq-len", "8", "--per-device-training-batch-size", "2",
 		"--max-steps", "2", "--num-warmup-steps", "0", "--enable-ema")...)
 	if code != 0 {
 		t.Fatalf("ppo: %s", lastLine(errOut))
@@ -412,7 +413,7 @@ func TestPPOSmoke(t *testing.T) {
 			t.Errorf("metrics lack %s", k)
 		}
 	}
-	if _, e, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--data", sample(),
+	if _, e, code := run(t, "--log-format", "json", "ppo", "--actor", mdir, "--critic", mdir, "--reward", rm, "--data", sample(),
 		"--output-dir", out, "--max-steps", "1", "--max-prompt-seq-len", "100", "--max-answer-seq-len", "8"); code == 0 || !strings.Contains(e, "holds") {
 		t.Errorf("existing output: code %d %s", code, lastLine(e))
 	}

@@ -268,6 +268,11 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
 	if ranks.writer() {
+		release, err := lockOutput(o.OutputDir)
+		if err != nil {
+			return err
+		}
+		defer release()
 		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gochat-ai/gochat/internal/atomicfile"
+	"github.com/gochat-ai/gochat/internal/dirlock"
 	"io"
 	"os"
 	"path/filepath"
@@ -290,6 +291,16 @@ func prepareRunDir(g *Globals, dir string, options any, resume, overwrite bool) 
 	return resume, writeFileAtomic(path, rec)
 }
 
+// lockOutput takes the output directory's lock (dirlock) for the rest of
+// the command; a directory another run holds is a usage error naming it.
+func lockOutput(dir string) (release func(), err error) {
+	release, err = dirlock.Lock(dir)
+	if errors.Is(err, dirlock.ErrBusy) {
+		return nil, usageError{err}
+	}
+	return release, err
+}
+
 // writeFileAtomic writes b to path under a temporary name first.
 func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(path, b) }
 
@@ -317,6 +328,11 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	o.Ranks = ranks.comm.Size()
 	o.GlobalBatch = o.TrainBatch * o.GradAccum * o.Ranks
 	if ranks.writer() {
+		release, err := lockOutput(o.OutputDir)
+		if err != nil {
+			return err
+		}
+		defer release()
 		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
 			return err
 		}

@@ -162,10 +162,11 @@ func (o *TrainOptions) newStep(n int) (stepRun, *stepOpts) {
 		args: o.stepArgs("ppo", "--actor", o.stepDir(1), "--critic", o.stepDir(2), "--output-dir", o.stepDir(3))}, so
 }
 
-// setup expands the recipe's {output} and {GENERATOR} variables; with
-// prepare it first runs the recipe's generator (the demo's data and
-// from-scratch models), which `gochat estimate train` does not.
-func (o *TrainOptions) setup(prepare bool) error {
+// setup picks the recipe's generator and expands the recipe's {output}
+// and {GENERATOR} variables; runTrain runs the generator (the demo's data
+// and from-scratch models) once it holds the output directory, `gochat
+// estimate train` never.
+func (o *TrainOptions) setup() error {
 	if o.ready {
 		return nil
 	}
@@ -179,11 +180,6 @@ func (o *TrainOptions) setup(prepare bool) error {
 		}
 		o.genDir = filepath.Join(o.outDir(), name)
 		vars[name] = o.genDir
-		if prepare {
-			if err := o.gen.Prepare(o.g, o.genDir, o.Seed); err != nil {
-				return fmt.Errorf("recipe %s: generator %s: %w", o.recipe.Source, name, err)
-			}
-		}
 	}
 	if o.recipe != nil {
 		o.recipe.Expand(vars)
@@ -209,17 +205,33 @@ func runTrain(o *TrainOptions) (err error) {
 	defer func() { err = ranks.finish(err) }()
 	log := o.g.Log
 	start := time.Now()
-	// A recipe's generator (the demo's) makes its data and starting models
-	// first; the recipe refers to its folder as {NAME} and to the output
-	// directory as {output}.
-	if err := o.setup(ranks.writer()); err != nil {
+	// The recipe refers to its generator's folder as {NAME} and to the
+	// output directory as {output}; the pre-flight plans the generator's
+	// models from its Config before they exist.
+	if err := o.setup(); err != nil {
 		return err
-	}
-	if err := ranks.comm.Barrier(); err != nil {
-		return fmt.Errorf("wait for rank 0's generator: %w", err)
 	}
 	if err := o.preflight(); err != nil {
 		return err
+	}
+	if ranks.writer() {
+		// Nothing is written before the lock: a second train of the same
+		// output directory stops here.
+		release, err := lockOutput(o.OutputDir)
+		if err != nil {
+			return err
+		}
+		defer release()
+		// A recipe's generator (the demo's) makes its data and starting
+		// models first.
+		if o.gen != nil {
+			if err := o.gen.Prepare(o.g, o.genDir, o.Seed); err != nil {
+				return fmt.Errorf("recipe %s: generator %s: %w", o.recipe.Source, o.recipe.Generator, err)
+			}
+		}
+	}
+	if err := ranks.comm.Barrier(); err != nil {
+		return fmt.Errorf("wait for rank 0's generator: %w", err)
 	}
 	times := map[int]time.Duration{}
 	for _, n := range []int{1, 2, 3} {

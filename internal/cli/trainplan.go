@@ -25,7 +25,7 @@ type stepPlan struct {
 // step 3's actor is step 1's output, so it has --actor's architecture;
 // its critic, step 2's output, has --reward's.
 func (o *TrainOptions) planSteps() ([]stepPlan, error) {
-	if err := o.setup(false); err != nil {
+	if err := o.setup(); err != nil {
 		return nil, err
 	}
 	var out []stepPlan

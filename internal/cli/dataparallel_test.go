@@ -233,14 +233,14 @@ func testDataParallelOpts(t *testing.T, launcher []string, bin, command, mdir, s
 	// examples in batches of 5, which the ranks share (on 2 ranks rank 1
 	// lacks one batch and, under ZeRO-3, makes its gathers idle).
 	ds := filepath.Join(out, "data")
+	b, err := os.ReadFile(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(ds, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, split := range []string{"train", "test"} {
-		b, err := os.ReadFile(sample())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(ds, 0o755); err != nil {
-			t.Fatal(err)
-		}
 		if err := os.WriteFile(filepath.Join(ds, split+".jsonl"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}

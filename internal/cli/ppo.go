@@ -267,19 +267,11 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		return err
 	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
-	if ranks.writer() {
-		release, err := lockOutput(o.OutputDir)
-		if err != nil {
-			return err
-		}
-		defer release()
-		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
-			return err
-		}
-	}
-	if o.Resume, err = ranks.shareFlag(dev, o.Resume); err != nil {
+	release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
+	if err != nil {
 		return err
 	}
+	defer release()
 	wdt, err := resolveDType(o.g, o.DType, dev)
 	if err != nil {
 		return err

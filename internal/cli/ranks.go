@@ -67,6 +67,28 @@ func (gr *group) finish(err error) error {
 	return err
 }
 
+// claimRunDir is how a training command takes its output directory:
+// rank 0 locks it (lockOutput) and records the run in it (prepareRunDir,
+// which may turn *resume off), then every rank adopts rank 0's *resume.
+// release ends the lock (nothing on other ranks).
+func (gr *group) claimRunDir(g *Globals, dev kernels.Device, dir string, options any, resume *bool, overwrite bool) (release func(), err error) {
+	release = func() {}
+	if gr.writer() {
+		if release, err = lockOutput(dir); err != nil {
+			return nil, err
+		}
+		if *resume, err = prepareRunDir(g, dir, options, *resume, overwrite); err != nil {
+			release()
+			return nil, err
+		}
+	}
+	if *resume, err = gr.shareFlag(dev, *resume); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
 // shareFlag makes every rank agree on rank 0's value of b.
 func (gr *group) shareFlag(dev kernels.Device, b bool) (bool, error) {
 	if gr.comm.Size() == 1 {

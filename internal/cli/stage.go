@@ -327,19 +327,11 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	}
 	o.Ranks = ranks.comm.Size()
 	o.GlobalBatch = o.TrainBatch * o.GradAccum * o.Ranks
-	if ranks.writer() {
-		release, err := lockOutput(o.OutputDir)
-		if err != nil {
-			return err
-		}
-		defer release()
-		if o.Resume, err = prepareRunDir(o.g, o.OutputDir, o, o.Resume, o.Overwrite); err != nil {
-			return err
-		}
-	}
-	if o.Resume, err = ranks.shareFlag(dev, o.Resume); err != nil {
+	release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
+	if err != nil {
 		return err
 	}
+	defer release()
 	vh := "no"
 	if o.Step == 2 {
 		vh = "yes"

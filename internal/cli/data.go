@@ -143,7 +143,7 @@ func loadDataTokenizer(dir string, threads int) (tok dataTokenizer, eos, pad int
 	}
 	// The files that define a tokenizer make its fingerprint.
 	var paths []string
-	for _, f := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"} {
+	for _, f := range tokenizerFiles {
 		paths = append(paths, filepath.Join(dir, f))
 	}
 	fingerprint, err = data.HashFiles(paths...)

@@ -267,7 +267,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		return err
 	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
-	release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
+	begin, release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
 	if err != nil {
 		return err
 	}
@@ -352,6 +352,10 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	log.Info().Int("actor_params", actor.NumParams()).Str("device", dev.Name()).Bool("actor_dropout", o.ActorDropout).
 		Bool("critic_dropout", o.CriticDropout).Int("ranks", ranks.comm.Size()).Int("streams", o.Streams).Msg("step 3")
+	// Everything is loaded and checked: the run starts here.
+	if err := begin(); err != nil {
+		return err
+	}
 	res, err := ppo.Run(ctx, dev, rc, models, d)
 	if err != nil {
 		return err

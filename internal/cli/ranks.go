@@ -68,25 +68,28 @@ func (gr *group) finish(err error) error {
 }
 
 // claimRunDir is how a training command takes its output directory:
-// rank 0 locks it (lockOutput) and records the run in it (prepareRunDir,
-// which may turn *resume off), then every rank adopts rank 0's *resume.
+// rank 0 locks it (lockOutput) and checks the run against it
+// (prepareRunDir, which may turn *resume off), then every rank adopts
+// rank 0's *resume. The command calls begin once its models and data are
+// loaded, before it writes anything (rank 0 records the run then, and
+// with --overwrite replaces the previous one; nothing on other ranks);
 // release ends the lock (nothing on other ranks).
-func (gr *group) claimRunDir(g *Globals, dev kernels.Device, dir string, options any, resume *bool, overwrite bool) (release func(), err error) {
-	release = func() {}
+func (gr *group) claimRunDir(g *Globals, dev kernels.Device, dir string, options any, resume *bool, overwrite bool) (begin func() error, release func(), err error) {
+	release, begin = func() {}, func() error { return nil }
 	if gr.writer() {
 		if release, err = lockOutput(dir); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if *resume, err = prepareRunDir(g, dir, options, *resume, overwrite); err != nil {
+		if *resume, begin, err = prepareRunDir(g, dir, options, *resume, overwrite); err != nil {
 			release()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if *resume, err = gr.shareFlag(dev, *resume); err != nil {
 		release()
-		return nil, err
+		return nil, nil, err
 	}
-	return release, nil
+	return begin, release, nil
 }
 
 // shareFlag makes every rank agree on rank 0's value of b.

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gochat-ai/gochat/internal/atomicfile"
-	"github.com/gochat-ai/gochat/internal/dirlock"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gochat-ai/gochat/data"
+	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/lora"
 	"github.com/gochat-ai/gochat/model"
@@ -243,64 +242,6 @@ func fingerprintOf(options any) string {
 	return hex.EncodeToString(h[:8])
 }
 
-// runFile records which run an output directory holds.
-const runFile = "run.json"
-
-// prepareRunDir checks an output directory against --resume and
-// --overwrite and records the run there (run.json: the fingerprint and
-// the options). It refuses a directory holding a different run, or this
-// run without --resume; --overwrite clears the checkpoint, metrics and
-// event files. It returns whether to resume: false where there is nothing
-// to resume yet (with a warning) or after --overwrite.
-func prepareRunDir(g *Globals, dir string, options any, resume, overwrite bool) (bool, error) {
-	fp := fingerprintOf(options)
-	path := filepath.Join(dir, runFile)
-	b, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if resume {
-			g.Log.Warn().Str("dir", dir).Msg("--resume: no run there yet, starting afresh")
-			resume = false
-		}
-	case err != nil:
-		return false, fmt.Errorf("read %s: %w", path, err)
-	default:
-		var prev struct {
-			Fingerprint string `json:"fingerprint"`
-		}
-		_ = json.Unmarshal(b, &prev)
-		switch {
-		case overwrite:
-			for _, sub := range []string{train.CheckpointDir, train.MetricsFile, runFile, "tensorboard"} {
-				os.RemoveAll(filepath.Join(dir, sub))
-			}
-			resume = false
-		case prev.Fingerprint != fp:
-			return false, usageErrorf("--output-dir %s holds a different run (its settings differ); choose another directory or pass --overwrite", dir)
-		case !resume:
-			return false, usageErrorf("--output-dir %s already holds this run; pass --resume to continue it or --overwrite to start again", dir)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("create --output-dir: %w", err)
-	}
-	rec, err := json.MarshalIndent(map[string]any{"fingerprint": fp, "options": options}, "", "  ")
-	if err != nil {
-		return false, fmt.Errorf("record the run in %s: %w", path, err)
-	}
-	return resume, writeFileAtomic(path, rec)
-}
-
-// lockOutput takes the output directory's lock (dirlock) for the rest of
-// the command; a directory another run holds is a usage error naming it.
-func lockOutput(dir string) (release func(), err error) {
-	release, err = dirlock.Lock(dir)
-	if errors.Is(err, dirlock.ErrBusy) {
-		return nil, usageError{err}
-	}
-	return release, err
-}
-
 // writeFileAtomic writes b to path under a temporary name first.
 func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(path, b) }
 
@@ -327,7 +268,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	}
 	o.Ranks = ranks.comm.Size()
 	o.GlobalBatch = o.TrainBatch * o.GradAccum * o.Ranks
-	release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
+	begin, release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
 	if err != nil {
 		return err
 	}
@@ -385,6 +326,10 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm, ZeRO: zero.Stage(o.ZeROStage)}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		cfg.Progress = o.g.Err
+	}
+	// Everything is loaded and checked: the run starts here.
+	if err := begin(); err != nil {
+		return err
 	}
 	if o.TensorBoard && ranks.writer() {
 		tb, err := train.NewTensorBoard(filepath.Join(o.OutputDir, "tensorboard"))
@@ -502,7 +447,7 @@ func saveModelDir(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir,
 // copyTokenizerFiles copies the Hugging Face tokenizer files that exist in
 // src to dst.
 func copyTokenizerFiles(src, dst string) error {
-	for _, name := range []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"} {
+	for _, name := range tokenizerFiles {
 		in, err := os.Open(filepath.Join(src, name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

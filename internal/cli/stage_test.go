@@ -655,6 +655,11 @@ steps:
 	if _, e, code := run(t, args(ref)...); code != 0 {
 		t.Fatal(lastLine(e))
 	}
+	for _, step := range listDir(ref) {
+		if _, err := os.Stat(filepath.Join(ref, step, runFile)); err == nil {
+			assertRunOutputs(t, filepath.Join(ref, step))
+		}
+	}
 	out := filepath.Join(dir, "killed")
 	// killAt runs the pipeline in a child process and SIGKILLs it once the
 	// step's checkpoint record satisfies ready.

@@ -48,6 +48,10 @@ type RunConfig struct {
 	Events       interface {
 		Scalars(step int, values map[string]float64) error
 	}
+	// Stop, when closed, stops the run after the round in progress with a
+	// checkpoint (train.Config.Stop; Run then returns a
+	// *train.InterruptedError).
+	Stop <-chan struct{}
 }
 
 // Data is step 3's data.
@@ -119,7 +123,8 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 	gb := cfg.GenerationBatches * cfg.GradAccum // a rank's generation batches per round
 	tcfg := train.Config{TrainSize: len(d.Prompts), MicroBatch: cfg.GenBatch, GradAccum: gb, Epochs: cfg.Epochs,
 		MaxBatches: cfg.MaxSteps, Seed: cfg.Seed, Dir: cfg.Dir, Fingerprint: cfg.Fingerprint, Resume: cfg.Resume,
-		Log: cfg.Log, LogMsg: "ppo", ProgressKey: "reward_score", Progress: cfg.Progress, Events: cfg.Events, Comm: cfg.Comm}
+		Log: cfg.Log, LogMsg: "ppo", ProgressKey: "reward_score", Progress: cfg.Progress, Events: cfg.Events, Comm: cfg.Comm,
+		Stop: cfg.Stop}
 	if cfg.SaveEvery > 0 {
 		tcfg.SaveEvery = (cfg.SaveEvery + gb*ranks - 1) / (gb * ranks)
 	}

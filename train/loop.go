@@ -230,6 +230,11 @@ type Config struct {
 	Comm dist.Comm
 	// ZeRO is Run's ZeRO stage over Comm (OptimizerConfig.ZeRO).
 	ZeRO zero.Stage
+	// Stop, when closed, asks the run to stop at the next safe point: the
+	// end of a round, after its evaluation and checkpoint if due. The run
+	// then saves a checkpoint and returns an *InterruptedError. Under
+	// several ranks it is enough that one rank's Stop is closed.
+	Stop <-chan struct{}
 }
 
 // ranks is the number of ranks training together.
@@ -552,6 +557,13 @@ func (l *loop) run() (*Result, error) {
 	total, totalBatches := cfg.TotalSteps(), cfg.TotalBatches()
 	batches := cfg.batchesPerEpoch()
 	for l.pos.Step < total && l.pos.MicroStep < totalBatches {
+		// The safe point: between rounds, every evaluation and checkpoint
+		// due done, so a resume from here continues exactly.
+		if stop, err := l.stopRequested(); err != nil {
+			return nil, err
+		} else if stop {
+			return nil, l.interrupt()
+		}
 		if l.pos.Batch >= batches {
 			l.pos.Epoch++
 			l.pos.Batch = 0

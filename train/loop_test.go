@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -323,5 +324,70 @@ func TestResumeCleansAndRefuses(t *testing.T) {
 	_, err := Run(context.Background(), s.dev, cfg, s, s.trainable())
 	if err == nil || !strings.Contains(err.Error(), "incomplete") {
 		t.Errorf("error %v, want an incomplete checkpoint refused", err)
+	}
+}
+
+// TestStopSavesAndResumes: a stop request mid-round (during step 5, not a
+// checkpoint step) ends the run after that round with a checkpoint, and
+// a resume from it gives the uninterrupted run's weights bit for bit and
+// its metrics record for record; one before the first round saves
+// nothing.
+func TestStopSavesAndResumes(t *testing.T) {
+	ref := newLin(t, 37, 5)
+	ref.noise = true
+	refDir := t.TempDir()
+	if _, err := Run(context.Background(), ref.dev, baseConfig(refDir), ref, ref.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := newLin(t, 37, 5)
+	s.noise = true
+	stop := make(chan struct{})
+	s.cancel, s.cancelAt = func() { close(stop) }, 9 // the first batch of step 5
+	cfg := baseConfig(dir)
+	cfg.Stop = stop
+	_, err := Run(context.Background(), s.dev, cfg, s, s.trainable())
+	ie, ok := errors.AsType[*InterruptedError](err)
+	if !ok || ie.Step != 5 || !ie.Saved || s.calls != 10 {
+		t.Fatalf("stopped run: %v (%+v), %d batches computed; want a checkpoint after step 5 and 10 batches", err, ie, s.calls)
+	}
+	if !strings.Contains(err.Error(), "checkpoint saved in "+filepath.Join(dir, CheckpointDir)) {
+		t.Errorf("message %q does not say where the checkpoint is", err)
+	}
+	s2 := newLin(t, 37, 5)
+	s2.noise = true
+	cfg = baseConfig(dir)
+	cfg.Resume = true
+	if _, err := Run(context.Background(), s2.dev, cfg, s2, s2.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	if s2.calls != 20 {
+		t.Errorf("the resumed run computed %d batches, want the 20 after step 5", s2.calls)
+	}
+	if !slices.Equal(weights(ref), weights(s2)) {
+		t.Errorf("resumed weights %v differ from uninterrupted %v", weights(s2), weights(ref))
+	}
+	want, _ := ReadMetrics(filepath.Join(refDir, MetricsFile))
+	got, _ := ReadMetrics(filepath.Join(dir, MetricsFile))
+	if len(got) != len(want) {
+		t.Fatalf("%d metrics records after stop and resume, %d uninterrupted", len(got), len(want))
+	}
+	for i := range want {
+		delete(want[i], "tokens_per_sec")
+		delete(got[i], "tokens_per_sec")
+		if !maps.Equal(got[i], want[i]) {
+			t.Errorf("metrics record %d: %v, uninterrupted %v", i, got[i], want[i])
+		}
+	}
+
+	// Stopped before anything ran: nothing to save.
+	s3 := newLin(t, 37, 5)
+	closed := make(chan struct{})
+	close(closed)
+	cfg = baseConfig(t.TempDir())
+	cfg.Stop = closed
+	_, err = Run(context.Background(), s3.dev, cfg, s3, s3.trainable())
+	if ie, ok := errors.AsType[*InterruptedError](err); !ok || ie.Saved || s3.calls != 0 || HasCheckpoint(cfg.Dir) {
+		t.Errorf("stopped before the first round: %v, %d batches, checkpoint %v", err, s3.calls, HasCheckpoint(cfg.Dir))
 	}
 }

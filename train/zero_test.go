@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -33,6 +34,10 @@ type lmStage struct {
 	// failSeed, when not zero, makes the batch of this dropout seed fail
 	// (a rank that dies mid-run).
 	failSeed uint64
+	// stopSeed, when not zero, calls stop at the batch of this dropout
+	// seed (a signal that reaches one rank).
+	stopSeed uint64
+	stop     func()
 }
 
 // newLMStage builds an lmStage over n sequences and its Trainable: the
@@ -76,6 +81,9 @@ func newLMStage(t *testing.T, dev kernels.Device, dt kernels.DType, n, loraDim i
 func (s *lmStage) TrainBatch(idx []int, seed uint64) (BatchStats, error) {
 	if s.failSeed != 0 && seed == s.failSeed {
 		return BatchStats{}, fmt.Errorf("injected failure")
+	}
+	if s.stopSeed != 0 && seed == s.stopSeed {
+		s.stop()
 	}
 	var ids []int32
 	for _, i := range idx {
@@ -349,4 +357,51 @@ func TestZeROOnlyLoRA(t *testing.T) {
 		t.Errorf("parameter bytes held per rank: %d at ZeRO-0, %d at ZeRO-3; the base is %d bytes (want ZeRO-3 to hold a third of it)", full, part, baseBytes)
 	}
 	t.Logf("parameter bytes held per rank: %v", held)
+}
+
+// TestStopAgreesAcrossRanks: a stop request that reaches one rank of
+// three (rank 2, in round 3 of 4) stops every rank after the same round, with
+// one checkpoint of everyone's ZeRO-3 ranges; resuming it on 2 ranks
+// gives the weights of an uninterrupted run.
+func TestStopAgreesAcrossRanks(t *testing.T) {
+	cfg := Config{TrainSize: 13, MicroBatch: 2, GradAccum: 2, Epochs: 2, Schedule: "linear", Warmup: 1,
+		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, SaveEvery: 100, Fingerprint: "zero", Log: zerolog.Nop()}
+	cfg.Dir = t.TempDir()
+	want, _ := zeroRun(t, 3, 3, kernels.F32, cfg)
+	cfg.Dir = t.TempDir()
+	devs := []kernels.Device{must(cpu.New(cpu.Options{Threads: 1})), must(cpu.New(cpu.Options{Threads: 1})), must(cpu.New(cpu.Options{Threads: 1}))}
+	steps := make([]int, 3)
+	err := disttest.Run(devs, func(c dist.Comm, dev kernels.Device) error {
+		s, tr := newLMStage(t, dev, kernels.F32, cfg.TrainSize, 0)
+		cfg := cfg
+		cfg.Comm, cfg.ZeRO = c, 3
+		if c.Rank() == 2 {
+			stop := make(chan struct{})
+			cfg.Stop = stop
+			// Batch 9, the third of round 3 (rounds of 6, 1, 6 and 1 batches
+			// over two epochs of 7): rank 2's.
+			s.stopSeed, s.stop = microSeed(cfg.Seed, 9), func() { close(stop) }
+		}
+		_, err := Run(context.Background(), dev, cfg, s, tr)
+		ie, ok := errors.AsType[*InterruptedError](err)
+		if !ok {
+			return fmt.Errorf("rank %d: %v, want an InterruptedError", c.Rank(), err)
+		}
+		steps[c.Rank()] = ie.Step
+		if !ie.Saved {
+			return fmt.Errorf("rank %d: stopped without a checkpoint", c.Rank())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps[0] != 3 || steps[1] != 3 || steps[2] != 3 {
+		t.Fatalf("ranks stopped after steps %v, want 3 each", steps)
+	}
+	cfg.Resume, cfg.GradAccum = true, 3
+	got, _ := zeroRun(t, 2, 1, kernels.F32, cfg)
+	if d := maxRelDiff(got, want); d > 1e-5 {
+		t.Errorf("resumed after the stop: %.3g relative from the uninterrupted run", d)
+	}
 }

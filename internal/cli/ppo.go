@@ -346,7 +346,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		Comm:           ranks.comm, ActorZeRO: zero.Stage(o.ActorZeRO), CriticZeRO: zero.Stage(o.CriticZeRO)},
 		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, GradAccum: o.GradAccum, Epochs: o.Epochs, MaxSteps: o.MaxSteps,
 		SaveEvery: o.SaveInterval, Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume,
-		PrintAnswers: o.PrintAnswers && ranks.writer(), Log: log}
+		PrintAnswers: o.PrintAnswers && ranks.writer(), Log: log, Stop: o.g.Stop}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		rc.Progress = o.g.Err
 	}
@@ -358,7 +358,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	res, err := ppo.Run(ctx, dev, rc, models, d)
 	if err != nil {
-		return err
+		return resumeHint(err, o.ranks != nil)
 	}
 	if !ranks.writer() {
 		return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gochat-ai/gochat/plan"
+	"github.com/gochat-ai/gochat/train"
 )
 
 // Exit codes.
@@ -29,6 +30,10 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitInterrupted: a run stopped by a signal (128 + SIGINT, as shells
+	// report it), with its checkpoint saved or, after a second signal,
+	// at once.
+	exitInterrupted = 130
 )
 
 // usageError marks an error caused by bad flags or arguments.
@@ -51,13 +56,19 @@ type Globals struct {
 	Log      zerolog.Logger
 	// Memory reports what the machine offers the memory pre-flight (nil:
 	// plan.Available on the root file system; tests fake it).
-	Memory   func() (plan.Memory, error)
+	Memory func() (plan.Memory, error)
+	// Stop is closed when the user asks a run to stop (watchSignals);
+	// training commands then stop at their next safe point with a
+	// checkpoint. nil: never.
+	Stop     <-chan struct{}
 	stopProf func()
 }
 
 // Main runs gochat with args and returns the process exit code.
 func Main(args []string, in io.Reader, out, errw io.Writer) int {
-	return execute(&Globals{In: in, Out: out, Err: errw}, args)
+	g := &Globals{In: in, Out: out, Err: errw}
+	defer g.watchSignals()()
+	return execute(g, args)
 }
 
 // execute runs gochat with args on g's streams (and g.Memory, for tests).
@@ -73,6 +84,9 @@ func execute(g *Globals, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(errw, "gochat: %v\n", err)
+	if _, ok := errors.AsType[*train.InterruptedError](err); ok || errors.Is(err, errStopped) {
+		return exitInterrupted
+	}
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		return exitUsage

@@ -323,7 +323,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	cfg := train.Config{TrainSize: len(trainSet.Examples), MicroBatch: o.TrainBatch, GradAccum: o.GradAccum,
 		Epochs: o.Epochs, MaxSteps: o.MaxSteps, Schedule: o.Scheduler, Warmup: o.Warmup, ClipNorm: o.MaxGradNorm,
 		AdamW: optim.DefaultAdamW, EvalEvery: o.EvalInterval, SaveEvery: o.SaveInterval, Seed: o.Seed,
-		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm, ZeRO: zero.Stage(o.ZeROStage)}
+		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm, ZeRO: zero.Stage(o.ZeROStage), Stop: o.g.Stop}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		cfg.Progress = o.g.Err
 	}
@@ -344,7 +344,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 		Int("ranks", ranks.comm.Size()).Int("global_batch", o.TrainBatch*cfg.RoundBatches()).Msgf("step %d", o.Step)
 	res, err := train.Run(ctx, dev, cfg, st, tr)
 	if err != nil {
-		return err
+		return resumeHint(err, o.ranks != nil)
 	}
 	if !ranks.writer() {
 		return nil

@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(Main(args, os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv("GOCHAT_TEST_SIGNALS") == "1" {
+		signalsChild()
+	}
 	cache, err := os.MkdirTemp("", "gochat-hf-cache-")
 	if err != nil {
 		panic(err)

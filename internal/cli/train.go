@@ -239,6 +239,11 @@ func runTrain(o *TrainOptions) (err error) {
 			continue
 		}
 		st, so := o.newStep(n)
+		select {
+		case <-o.g.Stop:
+			return fmt.Errorf("%w before step %d (%s); run the same gochat train command again to continue", errStopped, n, st.name)
+		default:
+		}
 		// Rank 0's view of the output directory decides for every rank.
 		done, err := ranks.shareFlag(dev, o.complete(n))
 		if err != nil {

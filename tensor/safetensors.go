@@ -245,6 +245,14 @@ var DefaultMetadata = map[string]string{"format": "pt"}
 // writes no __metadata__. The file is written to a temporary file in the same directory, synced
 // and renamed over path, so a crash leaves either the old file or the complete new one.
 func WriteSafetensors(path string, tensors []WriteTensor, metadata map[string]string) error {
+	return WriteSafetensorsTee(path, tensors, metadata, nil)
+}
+
+// WriteSafetensorsTee is WriteSafetensors that also writes every byte of the file to tee (when not
+// nil) as it goes out, in order: a hash.Hash, say, so a caller can checksum a file of many
+// gigabytes without reading it back. When WriteSafetensorsTee returns an error, tee may have seen
+// part of the file.
+func WriteSafetensorsTee(path string, tensors []WriteTensor, metadata map[string]string, tee io.Writer) error {
 	if metadata == nil {
 		metadata = DefaultMetadata
 	}
@@ -252,7 +260,7 @@ func WriteSafetensors(path string, tensors []WriteTensor, metadata map[string]st
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, func(w *bufio.Writer) error {
+	return writeAtomic(path, tee, func(w *bufio.Writer) error {
 		var n [8]byte
 		binary.LittleEndian.PutUint64(n[:], uint64(len(header)))
 		w.Write(n[:])
@@ -404,9 +412,13 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // writeAtomic writes a file through fill into a temporary file beside path, syncs it and renames
-// it over path. On any error the temporary file is removed and path is untouched.
-func writeAtomic(path string, fill func(w *bufio.Writer) error) error {
+// it over path; tee, when not nil, gets the same bytes. On any error the temporary file is removed
+// and path is untouched.
+func writeAtomic(path string, tee io.Writer, fill func(w *bufio.Writer) error) error {
 	err := atomicfile.Write(path, func(f io.Writer) error {
+		if tee != nil {
+			f = io.MultiWriter(f, tee)
+		}
 		w := bufio.NewWriterSize(f, chunkBytes)
 		if err := fill(w); err != nil {
 			return err

@@ -208,6 +208,28 @@ func TestWriteAtomic(t *testing.T) {
 	}
 }
 
+// TestWriteTee: the tee of WriteSafetensorsTee sees exactly the bytes of the file, for tensors
+// given whole and streamed through Read, over more than one chunk.
+func TestWriteTee(t *testing.T) {
+	big := make([]float32, chunkBytes/4+37) // more than one chunk
+	for i := range big {
+		big[i] = float32(i) * 0.25
+	}
+	tensors := []WriteTensor{
+		{Name: "whole", DType: BF16, Shape: []int{len(big)}, F32: big},
+		{Name: "streamed", DType: F32, Shape: []int{len(big)}, Read: func(off int, dst []float32) { copy(dst, big[off:]) }},
+		{Name: "scalar", DType: F16, F32: []float32{3}},
+	}
+	p := filepath.Join(t.TempDir(), "x.safetensors")
+	var tee bytes.Buffer
+	if err := WriteSafetensorsTee(p, tensors, nil, &tee); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFileT(t, p); !bytes.Equal(tee.Bytes(), got) {
+		t.Errorf("the tee got %d bytes that differ from the %d-byte file", tee.Len(), len(got))
+	}
+}
+
 func TestWriteErrors(t *testing.T) {
 	one := []float32{1}
 	for _, c := range []struct {

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,8 +25,11 @@ import (
 const CheckpointDir = "checkpoint"
 
 // Checkpoint files inside CheckpointDir: the buffers (float32 tensors named
-// as given to SaveState) and a JSON record. Under ZeRO 1-3 each rank also
-// writes the ranges of the state it owns into state-rank-R.safetensors.
+// as given to SaveState) and a JSON record. Under ZeRO 1-3 each rank
+// writes the ranges of the state it owns into state-rank-R.safetensors
+// instead (rank 0 also the buffers every rank holds alike). SHA256SUMS
+// (manifestFile) holds the SHA-256 of each of these files; nothing else
+// is written into a checkpoint.
 const (
 	stateTensors = "state.safetensors"
 	stateRecord  = "state.json"
@@ -34,7 +38,10 @@ const (
 
 // ckptFormat is the version of state.json; checkpoints of another
 // version are refused with a message. Format 3 names optimizer state by
-// range (RangeName).
+// range (RangeName). SHA256SUMS came later without a new format: its
+// files are the same, so an older gochat still reads a checkpoint with a
+// manifest, and a checkpoint without one (from an older gochat) loads
+// with a warning that it cannot be verified.
 const ckptFormat = 3
 
 // RangeName names the range of the logical tensor name that starts at
@@ -70,27 +77,31 @@ type ckptState struct {
 }
 
 // SaveState writes a checkpoint to dir/checkpoint: the named device buffers
-// into state.safetensors and record (JSON) into state.json. Everything
-// goes into a new temporary folder first, which then replaces the old
-// checkpoint by renames, so a crash at any point leaves either the old or
-// the new checkpoint complete. Buffers are streamed chunk by chunk, so a
-// checkpoint never holds a host copy of the whole state. Buffers are
-// stored as F32 tensors: BF16 ones widened (exact), I32 ones bit for bit
-// (their int32 bits as float32 bits; LoadState reverses both).
+// into state.safetensors, record (JSON) into state.json and the SHA-256 of
+// both into SHA256SUMS. Everything goes into a new temporary folder first,
+// which then replaces the old checkpoint by renames, so a crash at any
+// point leaves either the old or the new checkpoint complete, with its
+// manifest. Buffers are streamed chunk by chunk, so a checkpoint never
+// holds a host copy of the whole state, and hashed as they are streamed
+// (no second read of the file). Buffers are stored as F32 tensors: BF16
+// ones widened (exact), I32 ones bit for bit (their int32 bits as float32
+// bits; LoadState reverses both).
 func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, record any) error {
 	tmp, err := os.MkdirTemp(dir, ".checkpoint-*")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := writeTensors(dev, filepath.Join(tmp, stateTensors), bufs); err != nil {
+	sum, err := writeTensors(dev, filepath.Join(tmp, stateTensors), bufs)
+	if err != nil {
 		return err
 	}
-	return commitState(dir, tmp, record)
+	return commitState(dir, tmp, record, map[string][]byte{stateTensors: sum})
 }
 
-// writeTensors streams bufs into a safetensors file at path.
-func writeTensors(dev kernels.Device, path string, bufs map[string]kernels.Buffer) error {
+// writeTensors streams bufs into a safetensors file at path and returns
+// the file's SHA-256, computed from the bytes as they are written.
+func writeTensors(dev kernels.Device, path string, bufs map[string]kernels.Buffer) ([]byte, error) {
 	var ts []tensor.WriteTensor
 	for _, name := range sortedKeys(bufs) {
 		b := bufs[name]
@@ -106,18 +117,32 @@ func writeTensors(dev kernels.Device, path string, bufs map[string]kernels.Buffe
 		}
 		ts = append(ts, tensor.WriteTensor{Name: name, DType: tensor.F32, Shape: []int{b.Len()}, Read: read})
 	}
-	return tensor.WriteSafetensors(path, ts, map[string]string{"format": "gochat-checkpoint"})
+	h := newAsyncHash()
+	err := tensor.WriteSafetensorsTee(path, ts, map[string]string{"format": "gochat-checkpoint"}, h)
+	sum := h.Sum()
+	if err != nil {
+		return nil, err
+	}
+	return sum, nil
 }
 
-// commitState writes record into the complete temporary checkpoint tmp
-// and puts tmp in place of dir's checkpoint by renames.
-func commitState(dir, tmp string, record any) error {
+// commitState writes record (state.json) and then the manifest, of sums
+// (the SHA-256 of the tensor files in tmp, by name) and of state.json,
+// into the temporary checkpoint tmp whose tensor files are complete, then
+// puts tmp in place of dir's checkpoint by renames: a committed checkpoint
+// always has its manifest.
+func commitState(dir, tmp string, record any, sums map[string][]byte) error {
 	final := filepath.Join(dir, CheckpointDir)
 	b, err := json.MarshalIndent(record, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, stateRecord), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, stateRecord), b); err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	sums[stateRecord] = sum[:]
+	if err := atomicfile.WriteFile(filepath.Join(tmp, manifestFile), encodeManifest(sums)); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	atomicfile.SyncDir(tmp)
@@ -144,12 +169,18 @@ func commitState(dir, tmp string, record any) error {
 // rename is os.Rename (a test makes it fail).
 var rename = os.Rename
 
-// ReadRecord reads the JSON record of the checkpoint in dir into record.
+// ReadRecord reads the JSON record of the checkpoint in dir into record,
+// after checking it against the checkpoint's manifest (when it has one).
 func ReadRecord(dir string, record any) error {
-	path := filepath.Join(checkpointPath(dir), stateRecord)
-	b, err := os.ReadFile(path)
+	return readRecord(checkpointPath(dir), record)
+}
+
+// readRecord reads the record of the checkpoint folder cdir.
+func readRecord(cdir string, record any) error {
+	path := filepath.Join(cdir, stateRecord)
+	b, err := readVerified(cdir, stateRecord)
 	if err != nil {
-		return fmt.Errorf("read checkpoint: %w", err)
+		return err
 	}
 	if err := json.Unmarshal(b, record); err != nil {
 		return fmt.Errorf("read checkpoint %s: %w", path, err)
@@ -158,12 +189,25 @@ func ReadRecord(dir string, record any) error {
 }
 
 // LoadState restores the named device buffers from the checkpoint in dir;
-// each must be present with its exact size. A buffer named by RangeName is
-// assembled from the saved ranges of its tensor that cover it, in any of
-// the checkpoint's files.
+// each must be present with its exact size. Every file of the checkpoint
+// is first checked against its SHA-256 in SHA256SUMS (verifyCheckpoint),
+// so nothing of a damaged checkpoint reaches the device. A buffer named by
+// RangeName is assembled from the saved ranges of its tensor that cover
+// it, in any of the checkpoint's files. F32 and BF16 buffers must come
+// back finite: a NaN or an infinity is refused, naming the tensor and the
+// element (I32 buffers hold raw bits and are not checked).
 func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) error {
 	cdir := checkpointPath(dir)
-	files, _ := filepath.Glob(filepath.Join(cdir, "state*.safetensors"))
+	files, _, err := verifyCheckpoint(cdir)
+	if err != nil {
+		return err
+	}
+	return loadState(dev, cdir, files, bufs)
+}
+
+// loadState is LoadState from the tensor files (names) of the checkpoint
+// folder cdir, already verified.
+func loadState(dev kernels.Device, cdir string, files []string, bufs map[string]kernels.Buffer) error {
 	if len(files) == 0 {
 		return fmt.Errorf("checkpoint %s: no %s", cdir, stateTensors)
 	}
@@ -171,12 +215,13 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 	// its range from 0, so a range loads from a plain tensor and the
 	// reverse.
 	type saved struct {
-		ck       *tensor.Checkpoint
-		name     string
-		off, len int
+		ck         *tensor.Checkpoint
+		file, name string
+		off, len   int
 	}
 	ranges := map[string][]*saved{} // by logical name
-	for _, f := range files {
+	for _, name := range files {
+		f := filepath.Join(cdir, name)
 		ck, err := tensor.Open(f)
 		if err != nil {
 			return err
@@ -185,7 +230,7 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 		for _, name := range ck.Names() {
 			info, _ := ck.Info(name)
 			base, off, _ := parseRange(name)
-			ranges[base] = append(ranges[base], &saved{ck: ck, name: name, off: off, len: info.Numel()})
+			ranges[base] = append(ranges[base], &saved{ck: ck, file: f, name: name, off: off, len: info.Numel()})
 		}
 	}
 	// Which saved tensors cover which requested buffers, so each saved
@@ -225,6 +270,13 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 		}
 		for _, w := range covers[s] {
 			lo, hi := max(s.off, w.off), min(s.off+s.len, w.off+w.b.Len())
+			if w.b.DType() != kernels.I32 {
+				if i := firstNonFinite(h[lo-s.off : hi-s.off]); i >= 0 {
+					i += lo - s.off
+					return fmt.Errorf("%s: tensor %q: element %d is %v: the checkpoint holds state that is not finite, so the run cannot resume from it; start afresh with --overwrite",
+						s.file, s.name, i, h[i])
+				}
+			}
 			writeStored(dev, w.b.Slice(lo-w.off, hi-lo), h[lo-s.off:hi-s.off])
 			w.covered += hi - lo
 		}
@@ -235,6 +287,16 @@ func LoadState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer) e
 		}
 	}
 	return nil
+}
+
+// firstNonFinite is the index of the first NaN or infinity in x, or -1.
+func firstNonFinite(x []float32) int {
+	for i, v := range x {
+		if v-v != 0 { // NaN - NaN and Inf - Inf are NaN
+			return i
+		}
+	}
+	return -1
 }
 
 // writeStored writes stored values into dst: F32 tensors hold BF16
@@ -294,10 +356,12 @@ func (l *loop) checkpoint() error {
 // saveSharded writes a checkpoint whose state the ranks hold in parts
 // (ZeRO 1-3): every rank writes its ranges (RangeName) into
 // state-rank-R.safetensors of one temporary folder, rank 0 also the
-// buffers every rank holds alike; once all are written, rank 0 commits the
-// folder as SaveState does. A rank that fails returns its error, which
-// ends the job (the CLI aborts every rank), and the previous checkpoint
-// stays whole.
+// buffers every rank holds alike, and the file's SHA-256 (hashed as it is
+// written) into the side file state-rank-R.sha256; once all are written,
+// rank 0 gathers the side files into the manifest and commits the folder
+// as SaveState does. A rank that fails returns its error, which ends the
+// job (the CLI aborts every rank), and the previous checkpoint stays
+// whole.
 func (l *loop) saveSharded(bufs map[string]kernels.Buffer, record ckptState) error {
 	c := l.cfg.Comm
 	tmp := filepath.Join(l.cfg.Dir, fmt.Sprintf(".checkpoint-step-%d", record.Position.Step))
@@ -316,8 +380,13 @@ func (l *loop) saveSharded(bufs map[string]kernels.Buffer, record ckptState) err
 			mine[name] = b
 		}
 	}
-	if err := writeTensors(l.dev, filepath.Join(tmp, fmt.Sprintf(rankTensors, l.rank)), mine); err != nil {
+	name := fmt.Sprintf(rankTensors, l.rank)
+	sum, err := writeTensors(l.dev, filepath.Join(tmp, name), mine)
+	if err != nil {
 		return fmt.Errorf("rank %d: %w", l.rank, err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(tmp, fmt.Sprintf(sumFile, l.rank)), fmt.Appendf(nil, "%x  %s\n", sum, name)); err != nil {
+		return fmt.Errorf("rank %d: write checkpoint: %w", l.rank, err)
 	}
 	atomicfile.SyncDir(tmp)
 	if err := c.Barrier(); err != nil {
@@ -325,7 +394,12 @@ func (l *loop) saveSharded(bufs map[string]kernels.Buffer, record ckptState) err
 	}
 	if l.writer {
 		record.Ranks = l.ranks
-		if err := commitState(l.cfg.Dir, tmp, record); err != nil {
+		sums := map[string][]byte{}
+		err := readRankSums(tmp, l.ranks, sums)
+		if err == nil {
+			err = commitState(l.cfg.Dir, tmp, record, sums)
+		}
+		if err != nil {
 			os.RemoveAll(tmp)
 			return err
 		}
@@ -401,9 +475,10 @@ func removePartialCheckpoints(dir string, log zerolog.Logger) {
 	}
 }
 
-// loadCheckpoint restores the state saved in cfg.Dir into st. ok is false
-// when there is no checkpoint (a fresh start); rows is the number of
-// metrics records the checkpoint covers.
+// loadCheckpoint restores the state saved in cfg.Dir into st, once every
+// file of the checkpoint has matched its checksum (verifiedCheckpoint).
+// ok is false when there is no checkpoint (a fresh start); rows is the
+// number of metrics records the checkpoint covers.
 func loadCheckpoint(dev kernels.Device, cfg Config, st RoundStage) (pos position, rows int, ok bool, err error) {
 	if !HasCheckpoint(cfg.Dir) {
 		if _, err := os.Stat(filepath.Join(cfg.Dir, CheckpointDir)); err == nil {
@@ -412,11 +487,14 @@ func loadCheckpoint(dev kernels.Device, cfg Config, st RoundStage) (pos position
 		}
 		return position{}, 0, false, nil
 	}
-	var ck ckptState
-	if err := ReadRecord(cfg.Dir, &ck); err != nil {
+	dir, files, err := verifiedCheckpoint(cfg)
+	if err != nil {
 		return position{}, 0, false, err
 	}
-	dir := checkpointPath(cfg.Dir)
+	var ck ckptState
+	if err := readRecord(dir, &ck); err != nil {
+		return position{}, 0, false, err
+	}
 	switch {
 	case ck.Format != ckptFormat:
 		return position{}, 0, false, fmt.Errorf("checkpoint in %s has format %d, this gochat reads %d; start afresh with --overwrite", dir, ck.Format, ckptFormat)
@@ -426,11 +504,55 @@ func loadCheckpoint(dev kernels.Device, cfg Config, st RoundStage) (pos position
 		return position{}, 0, false, fmt.Errorf("checkpoint in %s was made with --seed %d, not %d", dir, ck.Seed, cfg.Seed)
 	}
 	bufs, _ := st.State()
-	if err := LoadState(dev, cfg.Dir, bufs); err != nil {
+	if err := loadState(dev, dir, files, bufs); err != nil {
 		return position{}, 0, false, err
 	}
 	if err := st.Restore(ck.Stage); err != nil {
 		return position{}, 0, false, fmt.Errorf("checkpoint in %s: %w", dir, err)
 	}
 	return ck.Position, ck.MetricsRows, true, nil
+}
+
+// verifiedCheckpoint checks the checkpoint in cfg.Dir against its
+// manifest and returns its folder and tensor files. When checkpoint/
+// fails and checkpoint.old passes — the previous checkpoint, left whole
+// by a save cut after its renames but before it removed checkpoint.old —
+// it resumes from checkpoint.old with a warning, and rank 0 moves the
+// damaged checkpoint/ aside to checkpoint.corrupt (so the next save keeps
+// checkpoint.old until its own is in place). A checkpoint.old that fails
+// too (its removal was under way), or has no manifest, is no fallback. A
+// checkpoint without a manifest (an older gochat's) is used with a
+// warning. Otherwise a damaged checkpoint is an error: gochat keeps no
+// earlier checkpoint to fall back on.
+func verifiedCheckpoint(cfg Config) (cdir string, files []string, err error) {
+	cdir = checkpointPath(cfg.Dir)
+	files, verified, err := verifyCheckpoint(cdir)
+	if err == nil {
+		if !verified {
+			cfg.Log.Warn().Str("dir", cdir).Msgf("the checkpoint has no %s (an older gochat wrote it): its files cannot be verified", manifestFile)
+		}
+		return cdir, files, nil
+	}
+	old := filepath.Join(cfg.Dir, CheckpointDir+".old")
+	if _, serr := os.Stat(filepath.Join(old, stateRecord)); cdir == old || serr != nil {
+		return "", nil, fmt.Errorf("%w; the checkpoint cannot be resumed, and no earlier checkpoint is kept: restore %s from a copy, or start afresh with --overwrite", err, cdir)
+	}
+	oldFiles, verified, oerr := verifyCheckpoint(old)
+	if oerr == nil && !verified {
+		oerr = fmt.Errorf("it has no %s", manifestFile)
+	}
+	if oerr != nil {
+		return "", nil, fmt.Errorf("%w; the checkpoint cannot be resumed, nor the older %s left by an interrupted save (%v): restore %s from a copy, or start afresh with --overwrite", err, old, oerr, cdir)
+	}
+	ev := cfg.Log.Warn().Err(err).Str("dir", old)
+	if cfg.rank() == 0 {
+		corrupt := filepath.Join(cfg.Dir, CheckpointDir+".corrupt")
+		os.RemoveAll(corrupt)
+		if rerr := os.Rename(cdir, corrupt); rerr != nil {
+			return "", nil, fmt.Errorf("%w; %s is complete, but moving the damaged checkpoint aside failed: %w", err, old, rerr)
+		}
+		ev = ev.Str("moved_to", corrupt)
+	}
+	ev.Msg("the checkpoint is damaged; resuming from checkpoint.old, the complete checkpoint before it (an interrupted save left it)")
+	return old, oldFiles, nil
 }

@@ -29,7 +29,7 @@ var tokenizerFiles = []string{"tokenizer.json", "vocab.json", "merges.txt", "tok
 // aside: what --overwrite replaces. TestRunOutputsCoverWhatRunsWrite
 // keeps the list whole.
 var runOutputs = append([]string{
-	runFile, train.MetricsFile, train.CheckpointDir, train.CheckpointDir + ".old", ".checkpoint-*",
+	runFile, train.MetricsFile, train.CheckpointDir, train.CheckpointDir + ".old", train.CheckpointDir + ".corrupt", ".checkpoint-*",
 	"tensorboard", "*.png", ppo.TimingFile, completeFile,
 	"config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json",
 	"actor", "critic", "actor_ema",

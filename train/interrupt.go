@@ -61,6 +61,12 @@ func (l *loop) interrupt() error {
 		}
 		ie.Saved = l.cfg.Dir != ""
 	}
+	if l.ranks > 1 {
+		// No rank leaves before rank 0 has written the checkpoint.
+		if err := l.cfg.Comm.Barrier(); err != nil {
+			return fmt.Errorf("interrupted after step %d: wait for the checkpoint: %w", l.pos.Step, err)
+		}
+	}
 	l.bar.clear()
 	l.cfg.Log.Info().Int("step", l.pos.Step).Msg("stopped on request")
 	return ie

@@ -42,15 +42,17 @@ func joinRanks(g *Globals, dev kernels.Device) (*group, error) {
 func (gr *group) writer() bool { return gr.comm.Rank() == 0 }
 
 // finish ends the group after the command returned err: it finalizes MPI
-// after a success; after an error on several ranks it logs the error with
-// the rank and aborts the whole job (MPI_Abort, exit code of the error),
-// so that no rank waits forever in a collective this one will not join.
+// after a success or a stop on request (which every rank makes together,
+// after the same round: interrupted); after an error on several ranks it
+// logs the error with the rank and aborts the whole job (MPI_Abort, exit
+// code of the error), so that no rank waits forever in a collective this
+// one will not join.
 func (gr *group) finish(err error) error {
 	cl, ok := gr.comm.(io.Closer)
 	if !ok {
 		return err
 	}
-	if err != nil && gr.comm.Size() > 1 {
+	if err != nil && gr.comm.Size() > 1 && !interrupted(err) {
 		code := exitError
 		var ue usageError
 		if errors.As(err, &ue) {

@@ -22,7 +22,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gochat-ai/gochat/plan"
-	"github.com/gochat-ai/gochat/train"
 )
 
 // Exit codes.
@@ -84,7 +83,7 @@ func execute(g *Globals, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(errw, "gochat: %v\n", err)
-	if _, ok := errors.AsType[*train.InterruptedError](err); ok || errors.Is(err, errStopped) {
+	if interrupted(err) {
 		return exitInterrupted
 	}
 	var ue usageError

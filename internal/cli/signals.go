@@ -48,6 +48,23 @@ func (g *Globals) watchSignals() (unwatch func()) {
 // its parts (gochat train between steps), with nothing left unsaved.
 var errStopped = errors.New("interrupted")
 
+// interrupted reports whether err ends a command that stopped on request
+// (exit code 130).
+func interrupted(err error) bool {
+	_, ok := errors.AsType[*train.InterruptedError](err)
+	return ok || errors.Is(err, errStopped)
+}
+
+// stopRequested reports whether stop is closed.
+func stopRequested(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // resumeHint adds to an interrupted step's error how to continue it: the
 // same command with --resume, or, for a step of gochat train, the same
 // train command (which resumes by itself).

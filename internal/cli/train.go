@@ -239,10 +239,13 @@ func runTrain(o *TrainOptions) (err error) {
 			continue
 		}
 		st, so := o.newStep(n)
-		select {
-		case <-o.g.Stop:
+		// A stop request between steps ends the run here (rank 0's view
+		// decides for every rank; one seen by another rank alone stops the
+		// next step after its first round).
+		if stop, err := ranks.shareFlag(dev, stopRequested(o.g.Stop)); err != nil {
+			return err
+		} else if stop {
 			return fmt.Errorf("%w before step %d (%s); run the same gochat train command again to continue", errStopped, n, st.name)
-		default:
 		}
 		// Rank 0's view of the output directory decides for every rank.
 		done, err := ranks.shareFlag(dev, o.complete(n))

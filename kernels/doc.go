@@ -27,9 +27,11 @@
 // # The accumulation contract
 //
 // Backward kernels ACCUMULATE (+=) into parameter gradients (dweight, dbias,
-// dtable) and into the residual stream (LayerNormBackward's dinp), and
-// OVERWRITE every other activation gradient (MatmulBackward's dinp,
-// AttentionBackward's dqkv, ReLUBackward's dinp, ...). Each backward's doc
+// dtable) and into the residual stream (LayerNormBackward's and
+// RMSNormBackward's dinp), and OVERWRITE every other activation gradient
+// (MatmulBackward's dinp, AttentionBackward's and GQAAttentionBackward's
+// dqkv, ReLUBackward's, SwiGLUBackward's and HeadRMSNormBackward's dinp,
+// RoPEBackward's in-place dx, ...). Each backward's doc
 // comment repeats which rule applies to each of its outputs. Callers zero
 // parameter gradients before a step and zero an accumulated activation
 // gradient before its first contribution.

@@ -13,7 +13,8 @@
 //	B  batch size            T  time (sequence length)
 //	C  channels (input)      OC output channels
 //	N  rows (usually B*T)    V  vocabulary size
-//	NH attention heads       HS head size (C = NH*HS)
+//	NH attention heads       HS head size (C = NH*HS in OPT; LLaMA's
+//	NKV key/value heads          head_dim, which may differ from C/NH)
 //	L  layers                F  feed-forward size
 //	P  word-embedding projection size (OPT's word_embed_proj_dim)
 //
@@ -26,9 +27,11 @@
 // # The accumulation contract
 //
 // Backward kernels ACCUMULATE (+=) into parameter gradients (dweight, dbias,
-// dtable) and into the residual stream (LayerNormBackward's dinp), and
-// OVERWRITE every other activation gradient (MatmulBackward's dinp,
-// AttentionBackward's dqkv, ReLUBackward's dinp, ...). Each backward's doc
+// dtable) and into the residual stream (LayerNormBackward's and
+// RMSNormBackward's dinp), and OVERWRITE every other activation gradient
+// (MatmulBackward's dinp, AttentionBackward's and GQAAttentionBackward's
+// dqkv, ReLUBackward's, SwiGLUBackward's and HeadRMSNormBackward's dinp,
+// RoPEBackward's in-place dx, ...). Each backward's doc
 // comment repeats which rule applies to each of its outputs. Callers zero
 // parameter gradients before a step and zero an accumulated activation
 // gradient before its first contribution.
@@ -40,6 +43,7 @@
 // buffer are F32 (I32); only weight operands may be BF16: the weight and
 // bias of MatmulForward, the weight of MatmulBackward, the table of
 // EmbeddingForward, the weight and bias of LayerNormForward/Backward, the
+// weight of RMSNormForward/Backward and HeadRMSNormForward/Backward, the
 // bias of AddBias, Add's b, A or B of Gemm, and the parameters of
 // AdamWStepBF16 (whose fp32 master's low halves are an I32 buffer beside
 // them: raw bits, never converted). A matmul with a BF16 weight
@@ -48,7 +52,7 @@
 // they are read) and the products are accumulated in fp32 into an F32
 // output. In MatmulBackward both products (dinp and dweight) are bf16
 // matmuls; dbias sums dout unrounded. Other ops widen their BF16 operands
-// to fp32 (exact) and compute in fp32: LayerNorm, softmax, attention,
+// to fp32 (exact) and compute in fp32: LayerNorm, RMSNorm, softmax, attention,
 // losses and log-probabilities never see bf16 values except weights.
 // Copy, WriteF32 and ReadF32 convert between F32 and BF16 (rounding to
 // nearest even, widening exactly).

@@ -75,6 +75,93 @@ type Ops interface {
 	// out is [B,tn,C]. With t0 = 0 and tn = T it equals AttentionForward.
 	AttentionDecode(out, qkv, kcache, vcache, mask Buffer, b, tn, t0, tmax, nh, hs int)
 
+	// The LLaMA family (Llama, Qwen2/3, Mistral). NKV is the number of key
+	// and value heads (NH % NKV == 0, query head h uses KV head
+	// h/(NH/NKV), Hugging Face's repeat_kv), HS is head_dim (independent of
+	// C), and F is intermediate_size.
+
+	// RMSNormForward normalises each row of inp[N,C] as Hugging Face's
+	// LlamaRMSNorm does in fp32: out = (inp·rstd)·weight with rstd =
+	// 1/sqrt(mean(inp²)+eps), the product inp·rstd rounded to fp32 before
+	// the weight multiplies it. It overwrites out and rstd[N]. weight[C] may
+	// be nil (no affine), F32 or BF16 (widened).
+	RMSNormForward(out, rstd, inp, weight Buffer, n, c int, eps float32)
+	// RMSNormBackward, for RMSNormForward given its rstd: dinp[N,C] +=
+	// rstd·(g - norm·mean(g·norm)) with g = dout·weight and norm =
+	// inp·rstd (ACCUMULATES: the residual stream, as LayerNormBackward),
+	// dweight[C] += Σ_rows dout·norm (accumulates; skipped when nil).
+	RMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, n, c int)
+	// HeadRMSNormForward is RMSNormForward over the g heads of c elements
+	// at the start of every row of inp[N,ld] (head k of row i is elements
+	// i·ld+k·c .. i·ld+k·c+c-1), with one weight[c] for all heads: Qwen3's
+	// q_norm over the NH query heads of a packed qkv row (inp = qkv, g =
+	// NH, c = HS, ld = (NH+2·NKV)·HS) and its k_norm over the NKV key
+	// heads (inp = qkv.Slice(NH·HS, ...), g = NKV). out has inp's layout;
+	// its head elements are overwritten and the rest of each row is not
+	// touched. rstd is [N,g]. out must not alias inp.
+	HeadRMSNormForward(out, rstd, inp, weight Buffer, n, g, c, ld int, eps float32)
+	// HeadRMSNormBackward is RMSNormBackward for HeadRMSNormForward: the
+	// head elements of dinp[N,ld] are OVERWRITTEN (an activation gradient,
+	// not the residual stream) and the rest of each row is not touched;
+	// dinp may alias dout (each head is read before it is written), so the
+	// backward of a packed qkv runs in place. dweight[c] += Σ over every
+	// head of every row (skipped when nil).
+	HeadRMSNormBackward(dinp, dweight, dout, inp, weight, rstd Buffer, n, g, c, ld int)
+
+	// RoPEForward rotates, in place, the first nh heads of hs elements of
+	// every row of x[N,ld] by the rotary embedding of Hugging Face's
+	// rotate_half convention: with i < hs/2, c = cos[pos[r],i] and s =
+	// sin[pos[r],i],
+	//
+	//	x'[i]      = x[i]·c - x[i+hs/2]·s
+	//	x'[i+hs/2] = x[i+hs/2]·c + x[i]·s
+	//
+	// (each product rounded to fp32, then the sum). pos[N] (I32) holds each
+	// row's position id, 0 <= pos < maxPos, and cos, sin are
+	// [maxPos,hs/2] tables (RoPETable). In a packed qkv row
+	// [B,T,(NH+2·NKV)·HS] the query and key heads come first, so one call
+	// with nh = NH+NKV and ld = (NH+2·NKV)·HS rotates q and k; a separate
+	// q buffer is nh = NH, ld = NH·HS.
+	RoPEForward(x, pos, cos, sin Buffer, n, nh, hs, ld int)
+	// RoPEBackward turns dx, holding d(out) of RoPEForward's rotated
+	// elements, into d(in) in place (the inverse rotation, which is the
+	// transpose): it OVERWRITES those elements and leaves the rest of each
+	// row alone.
+	RoPEBackward(dx, pos, cos, sin Buffer, n, nh, hs, ld int)
+
+	// SwiGLUForward: out[N,F] = silu(gate)·up, where each row of inp[N,2F]
+	// holds gate in columns 0..F-1 and up in F..2F-1 (the output of one
+	// matmul with gate_proj and up_proj stacked, gate first), and silu(x) =
+	// x·sigmoid(x). out is overwritten and must not alias inp.
+	SwiGLUForward(out, inp Buffer, n, f int)
+	// SwiGLUBackward: dinp[N,2F] = gradient of SwiGLUForward (OVERWRITES):
+	// dgate = dout·up·σ(gate)·(1+gate·(1-σ(gate))), dup = dout·silu(gate),
+	// in inp's layout. dinp must not alias dout or inp.
+	SwiGLUBackward(dinp, dout, inp Buffer, n, f int)
+
+	// GQAAttentionForward is causal grouped-query self-attention (Hugging
+	// Face's eager LlamaAttention). qkv[B,T,(NH+2·NKV)·HS] holds in each
+	// row the NH query heads, then the NKV key heads, then the NKV value
+	// heads, HS elements each (q_proj, k_proj and v_proj stacked); the
+	// scores are q·k·HS^-0.5 (q scaled in the kernel). It overwrites
+	// out[B,T,NH·HS] (head h in columns h·HS..) and the probabilities
+	// att[B,NH,T,T]. mask[B,T] may be nil (see the package doc for masked
+	// rows). With NKV = NH it computes what AttentionForward does.
+	GQAAttentionForward(out, att, qkv, mask Buffer, b, t, nh, nkv, hs int)
+	// GQAAttentionBackward: dqkv[B,T,(NH+2·NKV)·HS] = gradient of
+	// GQAAttentionForward (OVERWRITES); a key or value head's gradient
+	// sums over the NH/NKV query heads that share it. att and mask are the
+	// forward's.
+	GQAAttentionBackward(dqkv, dout, qkv, att, mask Buffer, b, t, nh, nkv, hs int)
+	// GQAAttentionDecode runs GQAAttentionForward for tn new positions
+	// t0..t0+tn-1 against a KV cache of NKV heads: it first writes the key
+	// and value heads of qkv[B,tn,(NH+2·NKV)·HS] into kcache and vcache
+	// [B,NKV,Tmax,HS] (head-major: one head's positions are contiguous) at
+	// positions t0.., then each new query attends causally to cache
+	// positions 0..its own whose mask[B,Tmax] entry is 1. out is
+	// [B,tn,NH·HS]. With t0 = 0 and tn = T it equals GQAAttentionForward.
+	GQAAttentionDecode(out, qkv, kcache, vcache, mask Buffer, b, tn, t0, tmax, nh, nkv, hs int)
+
 	// DropoutForward: out = inp·keep/(1-p) where keep is drawn from a
 	// counter-based generator keyed by (seed, element index), so the result
 	// does not depend on the backend or the thread count. scale[n] saves

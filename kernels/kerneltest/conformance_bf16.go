@@ -48,6 +48,8 @@ var conformanceBF16 = []testCase{
 	{"Add", testBF16Add},
 	{"Embedding", testBF16Embedding},
 	{"LayerNorm", testBF16LayerNorm},
+	{"RMSNorm", testBF16RMSNorm},
+	{"HeadRMSNorm", testBF16HeadRMSNorm},
 	{"AdamW", testBF16AdamW},
 }
 

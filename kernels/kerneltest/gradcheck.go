@@ -29,6 +29,11 @@ var gradChecks = []testCase{
 	{"CrossEntropy", gradCrossEntropy},
 	{"LogProbGather", gradLogProbGather},
 	{"Dropout", gradDropout},
+	{"RMSNorm", gradRMSNorm},
+	{"HeadRMSNorm", gradHeadRMSNorm},
+	{"RoPE", gradRoPE},
+	{"SwiGLU", gradSwiGLU},
+	{"GQAAttention", gradGQAAttention},
 }
 
 // fdSamples is how many elements of each input the checks perturb.

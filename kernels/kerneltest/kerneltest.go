@@ -8,7 +8,8 @@
 //	func TestConformance(t *testing.T) { kerneltest.Run(t, dev) }
 //
 // Each op is a subtest (Gemm, MatmulForward, ..., bf16/Gemm, ...,
-// GradCheck/Attention), so `go test -run 'Conformance/.*/LayerNorm'` selects
+// GradCheck/Attention, Golden/Llama: the LLaMA-family ops against PyTorch,
+// golden_llama.go), so `go test -run 'Conformance/.*/LayerNorm'` selects
 // one. Every buffer an op writes is a view into a larger allocation whose
 // guard elements are checked afterwards, so writes past n are caught;
 // outputs that an op must overwrite start out as NaN, and accumulated ones
@@ -48,6 +49,9 @@ func Run(t *testing.T, dev kernels.Device) {
 		for _, c := range gradChecks {
 			t.Run(c.name, func(t *testing.T) { runCase(t, dev, "grad/"+c.name, c.fn) })
 		}
+	})
+	t.Run("Golden", func(t *testing.T) {
+		t.Run("Llama", func(t *testing.T) { runCase(t, dev, "golden/Llama", goldenLlama) })
 	})
 }
 

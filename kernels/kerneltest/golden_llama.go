@@ -1,7 +1,7 @@
 package kerneltest
 
 import (
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -17,7 +17,7 @@ import (
 // op's forward and backward must agree to RTol (1e-5 relative; see Close).
 
 //go:embed testdata/llama_kernels_golden.json
-var llamaGoldenJSON []byte
+var llamaGoldenFS embed.FS
 
 // f32s reads a JSON array of numbers as float32, each parsed straight to
 // the nearest float32 (the file holds each value's shortest float32
@@ -103,7 +103,11 @@ type llamaGolden struct {
 // loadLlamaGolden parses the embedded golden file.
 func loadLlamaGolden() (*llamaGolden, error) {
 	var g llamaGolden
-	if err := json.Unmarshal(llamaGoldenJSON, &g); err != nil {
+	b, err := llamaGoldenFS.ReadFile("testdata/llama_kernels_golden.json")
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
 		return nil, fmt.Errorf("testdata/llama_kernels_golden.json: %w", err)
 	}
 	return &g, nil

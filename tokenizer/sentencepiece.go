@@ -117,7 +117,7 @@ func newSentencePieceBPE(vocab []string, ids map[string]int32, merges [][2]strin
 	}
 	for tok, id := range ids {
 		r, n := utf8.DecodeRuneInString(tok)
-		if n != len(tok) || r == utf8.RuneError {
+		if n != len(tok) || (r == utf8.RuneError && n == 1) {
 			continue
 		}
 		if r < utf8.RuneSelf {

@@ -204,3 +204,27 @@ func TestQwen25Config(t *testing.T) {
 		t.Fatalf("only %d texts compared", n)
 	}
 }
+
+// TestWordSplitExact checks that cutting pieces into words before "▁"
+// (sentencePieceBPE.wordSplit, a speed-up) gives the ids of the uncut
+// pieces on the real SentencePiece-style files.
+func TestWordSplitExact(t *testing.T) {
+	cases := readGolden(t, filepath.Join("testdata", "tinyllama_js_golden.jsonl.gz"))
+	for _, f := range families[:2] {
+		cut := loadFamily(t, f)
+		whole, err := Load(needShared(t, f.dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := whole.model.(*sentencePieceBPE)
+		if !m.wordSplit {
+			t.Fatalf("%s: wordSplit is off", f.name)
+		}
+		m.wordSplit = false
+		for _, c := range cases {
+			if a, b := cut.Encode(c.Text, true), whole.Encode(c.Text, true); !slices.Equal(a, b) {
+				t.Fatalf("%s: %q: %v with words cut, %v without", f.name, c.Text, a, b)
+			}
+		}
+	}
+}

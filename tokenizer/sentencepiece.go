@@ -27,6 +27,13 @@ type sentencePieceBPE struct {
 	ignoreMerges bool
 	meta         *metaspace // the Metaspace pre-tokenizer, or nil
 	splits       []splitter // Metaspace's split, when set
+	// wordSplit says that a piece may be cut before every "▁" that follows
+	// another character without changing the ids: no merge builds a token
+	// with "▁" after another character, "▁" is in the vocabulary (so it
+	// never fuses with an unknown character) and ignore_merges is off.
+	// Real Llama-2 and Mistral files qualify; it turns one long word per
+	// text (TinyLlama has no pre-tokenizer) into cacheable words.
+	wordSplit bool
 	tokens       []string   // id -> token, added tokens included (decoder)
 	dec          decodeChain
 }
@@ -137,7 +144,36 @@ func newSentencePieceBPE(vocab []string, ids map[string]int32, merges [][2]strin
 	if err != nil {
 		return nil, err
 	}
+	m.wordSplit = !m.ignoreMerges && m.charID('\u2581') >= 0
+	for _, p := range merges {
+		if t := p[0] + p[1]; strings.Contains(strings.TrimLeft(t, spaceMark), spaceMark) {
+			m.wordSplit = false
+			break
+		}
+	}
 	return m, nil
+}
+
+// spaceMark is SentencePiece's space, U+2581 LOWER ONE EIGHTH BLOCK.
+const spaceMark = "\u2581"
+
+// cutWords appends the pieces of s cut before every spaceMark that follows
+// another character.
+func cutWords(dst []string, s string) []string {
+	start := 0
+	for i := 0; i < len(s); {
+		k := strings.Index(s[i:], spaceMark)
+		if k < 0 {
+			break
+		}
+		at := i + k
+		if at > start && !strings.HasSuffix(s[:at], spaceMark) {
+			dst = append(dst, s[start:at])
+			start = at
+		}
+		i = at + len(spaceMark)
+	}
+	return append(dst, s[start:])
 }
 
 func (m *sentencePieceBPE) encode(dst []int32, text string, atStart bool, st *encodeState) []int32 {
@@ -147,11 +183,19 @@ func (m *sentencePieceBPE) encode(dst []int32, text string, atStart bool, st *en
 	if m.meta != nil {
 		text = m.meta.apply(text, atStart)
 	}
-	if len(m.splits) == 0 {
+	if len(m.splits) == 0 && !m.wordSplit {
 		return m.word(dst, text, st)
 	}
 	var pieces []string
 	pieces, st.spare = splitAll(m.splits, text, st.pieces, st.spare)
+	if m.wordSplit {
+		words := st.spare[:0]
+		for _, p := range pieces {
+			words = cutWords(words, p)
+		}
+		clear(pieces)
+		pieces, st.spare = words, pieces[:0]
+	}
 	for _, p := range pieces {
 		dst = m.word(dst, p, st)
 	}

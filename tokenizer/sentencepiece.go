@@ -34,8 +34,8 @@ type sentencePieceBPE struct {
 	// Real Llama-2 and Mistral files qualify; it turns one long word per
 	// text (TinyLlama has no pre-tokenizer) into cacheable words.
 	wordSplit bool
-	tokens       []string   // id -> token, added tokens included (decoder)
-	dec          decodeChain
+	tokens    []string // id -> token, added tokens included (decoder)
+	dec       decodeChain
 }
 
 // prependScheme says where Metaspace puts a "▁" in front of a piece.

@@ -320,3 +320,29 @@ func TestNormalizedAddedToken(t *testing.T) {
 		}
 	}
 }
+
+// TestLlama3Template checks a post-processor in Llama-3's current shape,
+// Sequence[ByteLevel, TemplateProcessing("<|begin_of_text|> $A")], with
+// tokenizer_class PreTrainedTokenizerFast: the file's template adds BOS and
+// add_bos_token does not matter.
+func TestLlama3Template(t *testing.T) {
+	tk, err := LoadTokenizerJSON(writeTiny(t, map[string]string{
+		fileConfig: `{"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": false, "bos_token": "<pad>", "eos_token": "</s>"}`,
+		fileTokenizerJSON: string(tinyTokenizerJSON(t, func(m map[string]any) {
+			m["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+				map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+				map[string]any{"type": "TemplateProcessing",
+					"single":         []any{map[string]any{"SpecialToken": map[string]any{"id": "<pad>", "type_id": 0}}, map[string]any{"Sequence": map[string]any{"id": "A", "type_id": 0}}},
+					"special_tokens": map[string]any{"<pad>": map[string]any{"id": "<pad>", "ids": []int{1}, "tokens": []string{"<pad>"}}}}}}
+		})),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tk.Encode("the", true); len(got) < 2 || got[0] != 1 {
+		t.Errorf("Encode(\"the\", true) = %v, want BOS 1 first", got)
+	}
+	if p, s := tk.Template(); !slices.Equal(p, []int32{1}) || len(s) != 0 {
+		t.Errorf("Template() = %v, %v; want [1], []", p, s)
+	}
+}

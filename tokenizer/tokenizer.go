@@ -137,10 +137,13 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, workers int) []
 }
 
 // Decode returns the text of ids, as Hugging Face's decode(ids,
-// skip_special_tokens=skipSpecial) does (with no clean-up of spaces): the
-// tokens' bytes joined, ill-formed UTF-8 replaced by U+FFFD. So
-// Decode(Encode(x, false), false) == x for valid UTF-8 x. An id outside
-// the vocabulary is an error (Hugging Face drops it silently).
+// skip_special_tokens=skipSpecial) does (with no clean-up of spaces): for
+// byte-level BPE the tokens' bytes joined, ill-formed UTF-8 replaced by
+// U+FFFD, so Decode(Encode(x, false), false) == x for valid UTF-8 x when
+// there is no normalizer (OPT); for SentencePiece-style BPE the decoder
+// chain of tokenizer.json ("▁" to space, <0xXX> bytes joined, the first
+// leading space stripped). An id outside the vocabulary is an error
+// (Hugging Face drops it silently).
 func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) (string, error) {
 	for i, id := range ids {
 		if id < 0 || int(id) >= len(t.vocab) || t.vocab[id] == "" {

@@ -77,10 +77,12 @@ func indexByteFrom(s string, i int, c byte) int {
 
 // split appends to segs the pieces of s: text between matches and the
 // matched added tokens, with Hugging Face's single_word, lstrip and rstrip
-// rules (AddedVocabulary::split_with_indices).
-func (m *addedMatcher) split(segs []segment, s string) []segment {
+// rules (AddedVocabulary::split_with_indices). atStart says whether s
+// starts at the beginning of the input; so does the first text piece if
+// nothing precedes it.
+func (m *addedMatcher) split(segs []segment, s string, atStart bool) []segment {
 	if len(m.first) == 0 {
-		return append(segs, segment{text: s, id: -1})
+		return append(segs, segment{text: s, id: -1, atStart: atStart})
 	}
 	textStart := 0 // start of the text not yet emitted
 	for from := 0; from < len(s); {
@@ -112,13 +114,13 @@ func (m *addedMatcher) split(segs []segment, s string) []segment {
 			from = end
 		}
 		if start > textStart {
-			segs = append(segs, segment{text: s[textStart:start], id: -1})
+			segs = append(segs, segment{text: s[textStart:start], id: -1, atStart: atStart && textStart == 0})
 		}
 		segs = append(segs, segment{id: tok.id})
 		textStart = end
 	}
 	if textStart < len(s) {
-		segs = append(segs, segment{text: s[textStart:], id: -1})
+		segs = append(segs, segment{text: s[textStart:], id: -1, atStart: atStart && textStart == 0})
 	}
 	return segs
 }

@@ -1,11 +1,13 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode"
@@ -175,4 +177,81 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFamilyEncode encodes the same texts with OPT's tokenizer and the
+// LLaMA-family ones, text by text on one goroutine with a warm word cache,
+// and reports tokens/s (ids produced, BOS included) beside MB/s. The
+// corpora are the dialogue corpus of BenchmarkEncode and "mixed", the texts
+// of the qwen golden file (code, CJK, emoji, whitespace runs, numbers,
+// special tokens). qwen3-regexp2 is Qwen3 with its Split pattern run by
+// regexp2 instead of the hand-written scanner.
+func BenchmarkFamilyEncode(b *testing.B) {
+	opt := loadOPT(b, routes[0])
+	corpora := map[string][]string{"dialogue": benchCorpus(opt)}
+	cases, err := readGoldenFile(filepath.Join("testdata", "qwen3_js_golden.jsonl.gz"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range cases {
+		corpora["mixed"] = append(corpora["mixed"], c.Text)
+	}
+	toks := []struct {
+		name string
+		tk   func(b *testing.B) *Tokenizer
+	}{
+		{"opt", func(*testing.B) *Tokenizer { return opt }},
+		{"tinyllama", func(b *testing.B) *Tokenizer { return loadFamily(b, families[0]) }},
+		{"mistral", func(b *testing.B) *Tokenizer { return loadFamily(b, families[1]) }},
+		{"qwen3", func(b *testing.B) *Tokenizer { return loadFamily(b, families[2]) }},
+		{"llama3-pattern", func(b *testing.B) *Tokenizer { return loadFamily(b, families[3]) }},
+		{"qwen3-regexp2", qwenRegexp2},
+	}
+	for _, corpus := range []string{"dialogue", "mixed"} {
+		texts := corpora[corpus]
+		for _, c := range toks {
+			b.Run(corpus+"/"+c.name, func(b *testing.B) {
+				tk := c.tk(b)
+				st := &encodeState{}
+				var ids []int32
+				n := 0
+				b.SetBytes(corpusBytes(texts))
+				for b.Loop() {
+					for _, s := range texts {
+						ids = tk.appendEncode(ids[:0], s, true, st)
+						n += len(ids)
+					}
+				}
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}
+
+// qwenRegexp2 loads Qwen3 with its Split pattern wrapped in a group, which
+// is the same pattern but not one with a scanner, so regexp2 runs it.
+func qwenRegexp2(b *testing.B) *Tokenizer {
+	dir := needShared(b, "qwen3-tokenizer")
+	data, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	old := []byte(`"Regex": "(?i:'s|`)
+	if bytes.Count(data, old) != 1 {
+		b.Fatal("Qwen3's Split pattern not found")
+	}
+	data = bytes.Replace(data, old, []byte(`"Regex": "(?:(?i:'s|`), 1)
+	data = bytes.Replace(data, []byte(`|\\s+(?!\\S)|\\s+"`), []byte(`|\\s+(?!\\S)|\\s+)"`), 1)
+	out := b.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "tokenizer.json"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	tk, err := Load(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, ok := tk.model.(*byteLevelBPE).splits[0].(*regexSplit); !ok {
+		b.Fatal("the wrapped pattern did not go to regexp2")
+	}
+	return tk
 }

@@ -52,12 +52,15 @@ type encodeState struct {
 	syms  []int32
 	merge mergeScratch
 	segs  []segment
+	// pieces and spare are the pre-tokenizer's scratch lists.
+	pieces, spare []string
 }
 
 // segment is a piece of the input: text for the model, or an added token.
 type segment struct {
-	text string
-	id   int32 // the added token's id, or -1 for text
+	text    string
+	id      int32 // the added token's id, or -1 for text
+	atStart bool  // text that starts at the beginning of the input
 }
 
 // statePool keeps encode states (with their warm word caches) between

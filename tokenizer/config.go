@@ -52,6 +52,7 @@ type hfConfig struct {
 	Additional     []tokenValue              `json:"additional_special_tokens"`
 	AddedDecoder   map[string]jsonAddedToken `json:"added_tokens_decoder"`
 	names          map[string]tokenValue     // by specialKeys; absent or null: not set
+	stopIDs        []int32                   // generation_config.json's eos_token_id
 }
 
 // readConfigs reads dir/tokenizer_config.json and then
@@ -71,7 +72,46 @@ func readConfigs(dir string) (*hfConfig, error) {
 			return nil, fmt.Errorf("tokenizer: %s: %w", filepath.Join(dir, name), err)
 		}
 	}
+	data, err := readOptional(dir, fileGenConfig)
+	if err != nil {
+		return nil, err
+	}
+	if data != nil {
+		if c.stopIDs, err = parseGenerationEOS(data); err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", filepath.Join(dir, fileGenConfig), err)
+		}
+	}
 	return c, nil
+}
+
+// parseGenerationEOS reads eos_token_id of generation_config.json: absent,
+// null, one id or a list of ids.
+func parseGenerationEOS(data []byte) ([]int32, error) {
+	var g struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		return nil, jsonError(err)
+	}
+	if isNull(g.EOS) {
+		return nil, nil
+	}
+	var one int64
+	var list []int64
+	if err := json.Unmarshal(g.EOS, &one); err == nil {
+		list = []int64{one}
+	} else if err := json.Unmarshal(g.EOS, &list); err != nil {
+		return nil, fmt.Errorf("eos_token_id: want an id or a list of ids, got %.40s", g.EOS)
+	}
+	out := make([]int32, len(list))
+	for i, id := range list {
+		id32, err := checkID("eos_token_id", id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = id32
+	}
+	return out, nil
 }
 
 // parse reads one file into c; full is false for special_tokens_map.json,
@@ -114,10 +154,35 @@ func (c *hfConfig) parse(data []byte, full bool) error {
 	return nil
 }
 
-// applyNames gives a tokenizer.json spec the BOS/EOS/PAD/UNK names of the
-// configuration files.
+// applyNames gives a tokenizer.json spec the special-token names of the
+// configuration files, generation_config.json's eos ids, and, for the
+// LLaMA tokenizer classes, the template transformers (v4) builds from
+// add_bos_token (default true) and add_eos_token (default false) in place
+// of the file's post-processor. Other classes (Llama-3's
+// PreTrainedTokenizerFast, Qwen2TokenizerFast, GPT2TokenizerFast) keep the
+// file's post-processor: there add_bos_token has no effect.
 func (c *hfConfig) applyNames(sp *spec) {
 	sp.bos, sp.eos, sp.pad, sp.unk = c.names["bos_token"].Content, c.names["eos_token"].Content, c.names["pad_token"].Content, c.names["unk_token"].Content
+	sp.names = map[string]string{}
+	for k, v := range c.names {
+		sp.names[k] = v.Content
+	}
+	sp.stopIDs = c.stopIDs
+	if c.llamaClass() {
+		sp.llamaTemplate = &[2]bool{c.AddBOS == nil || *c.AddBOS, c.AddEOS != nil && *c.AddEOS}
+	}
+}
+
+// llamaClass reports whether tokenizer_class is one whose fast tokenizer
+// rebuilds the post-processor from add_bos_token and add_eos_token
+// (transformers v4: LlamaTokenizerFast, CodeLlamaTokenizerFast,
+// GemmaTokenizerFast; the slow names map to them).
+func (c *hfConfig) llamaClass() bool {
+	switch strings.TrimSuffix(c.TokenizerClass, "Fast") {
+	case "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer":
+		return true
+	}
+	return false
 }
 
 // robertaLike reports whether the tokenizer class wraps text in <s> ... </s>.
@@ -140,7 +205,7 @@ func (c *hfConfig) robertaLike() bool {
 // when the vocabulary has them (GPT-2: <|endoftext|>).
 func (c *hfConfig) vocabMergesSpec(vocab map[string]int32, merges [][2]string, added map[string]int64) (*spec, error) {
 	sp := &spec{vocab: vocab, merges: merges, padID: -1}
-	sp.bpe = bpeOptions{useRegex: true, addPrefixSpace: c.AddPrefixSpace != nil && *c.AddPrefixSpace}
+	sp.bpe = bpeOptions{byteLevel: true, useRegex: true, addPrefixSpace: c.AddPrefixSpace != nil && *c.AddPrefixSpace}
 	defaults := map[string]tokenValue{"bos_token": {Content: "<|endoftext|>"}, "eos_token": {Content: "<|endoftext|>"}, "unk_token": {Content: "<|endoftext|>"}}
 	if c.robertaLike() {
 		defaults = map[string]tokenValue{
@@ -264,5 +329,6 @@ func (c *hfConfig) vocabMergesSpec(vocab map[string]int32, merges [][2]string, a
 		}
 	}
 	sp.bos, sp.eos, sp.pad, sp.unk = names["bos_token"], names["eos_token"], names["pad_token"], names["unk_token"]
+	sp.names, sp.stopIDs = names, c.stopIDs
 	return sp, nil
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // fuzzTokenizer is the OPT tokenizer when the shared data is there, else
@@ -65,6 +67,26 @@ func FuzzLoadTokenizerJSON(f *testing.F) {
 	f.Add([]byte(`{"model": {"vocab": {"a": 5000}, "merges": []}}`))
 	f.Add([]byte(`{"added_tokens": [{"id": 0, "content": ""}]}`))
 	f.Add([]byte(`null`))
+	f.Add(spTokenizerJSON(f, tinyLlamaStyle, nil))
+	f.Add(spTokenizerJSON(f, mistralStyle, nil))
+	f.Add(spTokenizerJSON(f, mistralStyle, func(m map[string]any) {
+		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}
+		m["decoder"] = map[string]any{"type": "Metaspace", "replacement": "▁", "add_prefix_space": true}
+		m["model"].(map[string]any)["byte_fallback"] = false
+	}))
+	f.Add(tinyTokenizerJSON(f, func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "NFC"}
+		m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": patternQwen2}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}}}
+		m["model"].(map[string]any)["ignore_merges"] = true
+	}))
+	f.Add(tinyTokenizerJSON(f, func(m map[string]any) {
+		m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Digits", "individual_digits": true},
+			map[string]any{"type": "Split", "pattern": map[string]any{"String": "</"}, "behavior": "Removed", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": true}}}
+	}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sp, err := parseTokenizerJSON(data)
 		if err != nil {
@@ -129,4 +151,53 @@ func exercise(t *testing.T, tk *Tokenizer) {
 			}
 		}
 	}
+}
+
+// FuzzFamilies encodes and decodes any text with the LLaMA-family
+// tokenizers of the shared data (the tiny SentencePiece one when it is
+// absent): batches agree with Encode, decoding succeeds, and for Qwen3
+// Decode(Encode(x)) is NFC(x), as its normalizer is NFC and byte-level BPE
+// loses nothing else.
+func FuzzFamilies(f *testing.F) {
+	var toks []*Tokenizer
+	var qwen *Tokenizer
+	if _, err := os.Stat(sharedData); err == nil || os.Getenv("CI") != "" {
+		for _, fam := range families[:3] {
+			toks = append(toks, loadFamily(f, fam))
+		}
+		qwen = toks[2]
+	} else {
+		toks = append(toks, mustLoadF(f, writeSP(f, tinyLlamaStyle, spConfig, nil)), mustLoadF(f, writeSP(f, mistralStyle, spConfig, nil)))
+	}
+	for _, s := range []string{"", "Hello, world! 你好 🙂\n\n  x", "<s>[INST] Hello</s>", "<|im_start|>user\nHi!<|im_end|>\n", "e\u0301\u0085\u2028", "1234567", " \xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, tk := range toks {
+			ids := tk.Encode(s, true)
+			if b := tk.EncodeBatch([]string{s, s}, true, 2); !slices.Equal(b[0], ids) || !slices.Equal(b[1], ids) {
+				t.Fatalf("EncodeBatch(%q) = %v, want %v", s, b, ids)
+			}
+			for _, skip := range []bool{false, true} {
+				text, err := tk.Decode(ids, skip)
+				if err != nil || !utf8.ValidString(text) {
+					t.Fatalf("Decode(Encode(%q), %v) = %q, %v", s, skip, text, err)
+				}
+			}
+		}
+		if qwen != nil {
+			want := norm.NFC.String(string(appendValidUTF8(nil, []byte(s))))
+			if got, err := qwen.Decode(qwen.Encode(s, false), false); got != want || err != nil {
+				t.Fatalf("qwen3: Decode(Encode(%q)) = %q, %v; want %q", s, got, err, want)
+			}
+		}
+	})
+}
+
+func mustLoadF(f *testing.F, dir string) *Tokenizer {
+	tk, err := Load(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return tk
 }

@@ -63,6 +63,10 @@ type goldenCase struct {
 	IDs  []int32 `json:"ids"`
 	// InputIDs is the field name of the shared golden.jsonl.
 	InputIDs []int32 `json:"input_ids"`
+	// Dec and Decs are the decoded ids (skip_special_tokens false, true)
+	// where they differ from the text and from Dec.
+	Dec  *string `json:"dec"`
+	Decs *string `json:"decs"`
 }
 
 func readGolden(t *testing.T, path string) []goldenCase {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dlclark/regexp2"
 )
 
 // File names in a Hugging Face model directory.
@@ -21,6 +23,7 @@ const (
 	fileConfig        = "tokenizer_config.json"
 	fileSpecialMap    = "special_tokens_map.json"
 	fileAddedTokens   = "added_tokens.json"
+	fileGenConfig     = "generation_config.json"
 )
 
 // Load reads the tokenizer of a Hugging Face model directory: tokenizer.json
@@ -117,14 +120,26 @@ type spec struct {
 	merges  [][2]string      // in rank order
 	mergeAt func(rank int) string
 	bpe     bpeOptions
-	added   []addedToken
-	prefix  []int32 // template ids around the text
-	suffix  []int32
+	norm    normalizer
+	// The decoder: ByteLevel (byte-level models) or a chain of others.
+	dec    decodeChain
+	added  []addedToken
+	prefix []int32 // template ids around the text
+	suffix []int32
 	// Names of the BOS/EOS/PAD/UNK tokens ("" unknown). When a name is not
 	// given, BOS is the template's first id, EOS its last, PAD the padding
 	// id of tokenizer.json and UNK the model's unk_token.
 	bos, eos, pad, unk string
 	padID              int32 // -1 when none
+	// names are all special tokens the configuration files name, by
+	// transformers attribute ("sep_token": "</s>").
+	names map[string]string
+	// llamaTemplate, when set, replaces the post-processor's template by
+	// [bos] $A [eos] from add_bos_token and add_eos_token, as transformers'
+	// LlamaTokenizerFast does.
+	llamaTemplate *[2]bool
+	// stopIDs are generation_config.json's eos_token_id.
+	stopIDs []int32
 }
 
 // maxIDSlack bounds the ids a file may use: every id must be below
@@ -173,11 +188,17 @@ func build(sp *spec) (*Tokenizer, error) {
 		t.ids[a.content] = a.id
 		t.special[a.id] = a.special
 		if a.normalized {
+			// Matched in normalized text, so by its normalized content
+			// (Hugging Face's AddedVocabulary normalizes it too).
+			if sp.norm != nil {
+				a.content = sp.norm.normalize(a.content)
+			}
 			norm = append(norm, a)
 		} else {
 			raw = append(raw, a)
 		}
 	}
+	t.norm = sp.norm
 	t.rawAdded, t.normAdded = newAddedMatcher(raw), newAddedMatcher(norm)
 	for _, id := range slices.Concat(sp.prefix, sp.suffix) {
 		if id < 0 || int(id) >= size || t.vocab[id] == "" {
@@ -188,12 +209,19 @@ func build(sp *spec) (*Tokenizer, error) {
 	if mergeAt == nil {
 		mergeAt = func(rank int) string { return fmt.Sprintf("merge %d", rank) }
 	}
-	m, err := newByteLevelBPE(t.vocab, sp.vocab, sp.merges, mergeAt, sp.bpe)
-	if err != nil {
-		return nil, err
+	if sp.bpe.byteLevel {
+		m, err := newByteLevelBPE(t.vocab, sp.vocab, sp.merges, mergeAt, sp.bpe)
+		if err != nil {
+			return nil, err
+		}
+		t.model, t.unk = m, m.unk
+	} else {
+		m, err := newSentencePieceBPE(t.vocab, sp.vocab, sp.merges, mergeAt, sp.bpe, sp.dec)
+		if err != nil {
+			return nil, err
+		}
+		t.model, t.unk = m, m.unk
 	}
-	t.model = m
-	t.unk = m.unk
 	for _, s := range []struct {
 		name string
 		dst  *int32
@@ -208,26 +236,65 @@ func build(sp *spec) (*Tokenizer, error) {
 		}
 		*s.dst = id
 	}
+	if sp.llamaTemplate != nil {
+		t.prefix, t.suffix = nil, nil
+		if sp.llamaTemplate[0] {
+			if t.bos < 0 {
+				return nil, fmt.Errorf("%s: add_bos_token is true but there is no bos_token", fileConfig)
+			}
+			t.prefix = []int32{t.bos}
+		}
+		if sp.llamaTemplate[1] {
+			if t.eos < 0 {
+				return nil, fmt.Errorf("%s: add_eos_token is true but there is no eos_token", fileConfig)
+			}
+			t.suffix = []int32{t.eos}
+		}
+	}
+	t.names = map[string]int32{}
+	for name, content := range sp.names {
+		id, ok := t.ids[content]
+		if !ok {
+			return nil, fmt.Errorf("%s %q (named in %s or %s) is not in the vocabulary", name, content, fileConfig, fileSpecialMap)
+		}
+		t.names[name] = id
+	}
+	for _, id := range sp.stopIDs {
+		if int(id) >= size || t.vocab[id] == "" {
+			return nil, fmt.Errorf("%s: eos_token_id %d is not in the vocabulary", fileGenConfig, id)
+		}
+	}
 	if sp.bos == "" && len(sp.prefix) > 0 {
 		t.bos = sp.prefix[0]
 	}
 	if sp.eos == "" && len(sp.suffix) > 0 {
 		t.eos = sp.suffix[len(sp.suffix)-1]
 	}
+	if t.eos >= 0 {
+		t.eosIDs = append(t.eosIDs, t.eos)
+	}
+	for _, id := range sp.stopIDs {
+		if !slices.Contains(t.eosIDs, id) {
+			t.eosIDs = append(t.eosIDs, id)
+		}
+	}
 	return t, nil
 }
 
 // parseTokenizerJSON reads the tokenizers library's JSON. Supported: a BPE
-// model without dropout, subword prefixes or byte fallback; no normalizer;
-// the ByteLevel pre-tokenizer and decoder; TemplateProcessing,
-// RobertaProcessing, BertProcessing, ByteLevel or no post-processor.
+// model without dropout or subword prefixes (with or without byte
+// fallback); the normalizers of normalize.go; pre-tokenizers made of Split,
+// Digits and a final ByteLevel (byte-level BPE), or Metaspace or none
+// (character BPE); the ByteLevel decoder for byte-level BPE and the chains
+// of decoder.go for character BPE; TemplateProcessing, RobertaProcessing,
+// BertProcessing, ByteLevel or no post-processor.
 func parseTokenizerJSON(data []byte) (*spec, error) {
 	var f struct {
 		AddedTokens   []jsonAddedToken `json:"added_tokens"`
-		Normalizer    json.RawMessage  `json:"normalizer"`
+		Normalizer    *jsonNormalizer  `json:"normalizer"`
 		PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
 		PostProcessor json.RawMessage  `json:"post_processor"`
-		Decoder       json.RawMessage  `json:"decoder"`
+		Decoder       *jsonDecoder     `json:"decoder"`
 		Model         json.RawMessage  `json:"model"`
 		Padding       *struct {
 			PadID *int64 `json:"pad_id"`
@@ -254,16 +321,26 @@ func parseTokenizerJSON(data []byte) (*spec, error) {
 		}
 		sp.added = append(sp.added, tok)
 	}
-	if !isNull(f.Normalizer) {
-		return nil, fmt.Errorf("normalizer %s is not supported (byte-level BPE has none)", typeOf(f.Normalizer))
+	var err error
+	if sp.norm, err = parseNormalizer(f.Normalizer, "normalizer"); err != nil {
+		return nil, err
 	}
 	if err := parsePreTokenizer(f.PreTokenizer, &sp.bpe); err != nil {
 		return nil, err
 	}
-	if t := typeOf(f.Decoder); t != `"ByteLevel"` {
-		return nil, fmt.Errorf("decoder %s is not supported (want ByteLevel)", t)
+	switch {
+	case f.Decoder == nil:
+		return nil, errors.New("decoder is missing")
+	case f.Decoder.Type == "ByteLevel" && !sp.bpe.byteLevel:
+		return nil, errors.New("decoder ByteLevel needs a ByteLevel pre-tokenizer")
+	case f.Decoder.Type == "ByteLevel":
+	case sp.bpe.byteLevel:
+		return nil, fmt.Errorf("decoder %q is not supported with a ByteLevel pre-tokenizer (want ByteLevel)", f.Decoder.Type)
+	default:
+		if sp.dec, err = parseDecodeChain(f.Decoder, "decoder"); err != nil {
+			return nil, err
+		}
 	}
-	var err error
 	sp.prefix, sp.suffix, err = parsePostProcessor(f.PostProcessor, sp)
 	return sp, err
 }
@@ -296,8 +373,6 @@ func parseModel(raw json.RawMessage, sp *spec) error {
 		return fmt.Errorf("model.continuing_subword_prefix %q is not supported", *m.ContinuingSubwordPrefix)
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return fmt.Errorf("model.end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
-	case m.ByteFallback:
-		return errors.New("model.byte_fallback is not supported (SentencePiece-style BPE is not implemented yet)")
 	case m.Vocab == nil:
 		return errors.New("model.vocab is missing")
 	}
@@ -325,35 +400,118 @@ func parseModel(raw json.RawMessage, sp *spec) error {
 		}
 	}
 	sp.mergeAt = func(rank int) string { return fmt.Sprintf("model.merges[%d]", rank) }
-	sp.bpe.fuseUnk, sp.bpe.ignoreMerges = m.FuseUnk, m.IgnoreMerges
+	sp.bpe.fuseUnk, sp.bpe.ignoreMerges, sp.bpe.byteFallback = m.FuseUnk, m.IgnoreMerges, m.ByteFallback
 	if m.UnkToken != nil {
 		sp.bpe.unk = *m.UnkToken
 	}
 	return nil
 }
 
+// jsonPreTokenizer is the union of the pre-tokenizer objects' fields.
+type jsonPreTokenizer struct {
+	Type             string             `json:"type"`
+	Pretokenizers    []jsonPreTokenizer `json:"pretokenizers"`
+	AddPrefixSpace   *bool              `json:"add_prefix_space"`
+	UseRegex         *bool              `json:"use_regex"`
+	Pattern          *jsonPattern       `json:"pattern"`
+	Behavior         string             `json:"behavior"`
+	Invert           bool               `json:"invert"`
+	IndividualDigits bool               `json:"individual_digits"`
+	Replacement      *string            `json:"replacement"`
+	PrependScheme    *string            `json:"prepend_scheme"`
+	Split            *bool              `json:"split"`
+}
+
+// parsePreTokenizer reads the pre_tokenizer section into opt: splitting
+// steps (Split, Digits) followed by ByteLevel, or Metaspace alone, or
+// none (null), in a Sequence or alone.
 func parsePreTokenizer(raw json.RawMessage, opt *bpeOptions) error {
-	var p struct {
-		Type           string            `json:"type"`
-		AddPrefixSpace bool              `json:"add_prefix_space"`
-		UseRegex       *bool             `json:"use_regex"`
-		Pretokenizers  []json.RawMessage `json:"pretokenizers"`
-	}
 	if isNull(raw) {
-		return errors.New("pre_tokenizer is missing (want ByteLevel)")
+		return nil
 	}
+	var p jsonPreTokenizer
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return fmt.Errorf("pre_tokenizer: %w", jsonError(err))
 	}
-	if p.Type == "Sequence" && len(p.Pretokenizers) == 1 {
-		return parsePreTokenizer(p.Pretokenizers[0], opt)
+	type step struct {
+		field string
+		p     *jsonPreTokenizer
 	}
-	if p.Type != "ByteLevel" {
-		return fmt.Errorf("pre_tokenizer %s is not supported (want ByteLevel)", typeOf(raw))
+	var steps []step
+	var flatten func(p *jsonPreTokenizer, field string)
+	flatten = func(p *jsonPreTokenizer, field string) {
+		if p.Type != "Sequence" {
+			steps = append(steps, step{field, p})
+			return
+		}
+		for i := range p.Pretokenizers {
+			flatten(&p.Pretokenizers[i], fmt.Sprintf("%s.pretokenizers[%d]", field, i))
+		}
 	}
-	opt.addPrefixSpace = p.AddPrefixSpace
-	opt.useRegex = p.UseRegex == nil || *p.UseRegex
+	flatten(&p, "pre_tokenizer")
+	for i, st := range steps {
+		p, field := st.p, st.field
+		if opt.byteLevel || opt.metaspace != nil {
+			return fmt.Errorf("%s: %q after ByteLevel or Metaspace is not supported", field, p.Type)
+		}
+		switch p.Type {
+		case "ByteLevel":
+			opt.byteLevel = true
+			opt.addPrefixSpace = p.AddPrefixSpace != nil && *p.AddPrefixSpace
+			opt.useRegex = p.UseRegex == nil || *p.UseRegex
+		case "Metaspace":
+			if i > 0 {
+				return fmt.Errorf("%s: Metaspace after other pre-tokenizers is not supported", field)
+			}
+			rep, scheme, err := metaspaceSettings(p.Replacement, p.PrependScheme, p.AddPrefixSpace, field)
+			if err != nil {
+				return err
+			}
+			opt.metaspace = &metaspace{rep: rep, scheme: scheme}
+			opt.metaspaceSplit = p.Split == nil || *p.Split
+		case "Digits":
+			opt.splits = append(opt.splits, digitsSplit{individual: p.IndividualDigits})
+		case "Split":
+			sp, err := parseSplit(p, field)
+			if err != nil {
+				return err
+			}
+			opt.splits = append(opt.splits, sp)
+		case "":
+			return fmt.Errorf("%s: no type", field)
+		default:
+			return fmt.Errorf("%s: pre-tokenizer %q is not supported (supported: Sequence, Split, Digits, ByteLevel, Metaspace)", field, p.Type)
+		}
+	}
+	if len(opt.splits) > 0 && !opt.byteLevel {
+		return errors.New("pre_tokenizer: Split and Digits are supported only before ByteLevel")
+	}
 	return nil
+}
+
+// parseSplit reads a Split pre-tokenizer: the known patterns with behavior
+// Isolated get their hand-written scanner, other patterns run on regexp2.
+func parseSplit(p *jsonPreTokenizer, field string) (splitter, error) {
+	switch {
+	case p.Pattern == nil:
+		return nil, fmt.Errorf("%s: Split without pattern", field)
+	case p.Pattern.Regex != nil:
+		if sc, ok := knownSplit(*p.Pattern.Regex); ok && p.Behavior == "Isolated" {
+			return sc, nil // invert changes nothing when every piece is kept
+		}
+		sp, err := newRegexSplit(*p.Pattern.Regex, p.Behavior, p.Invert)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		return sp, nil
+	case p.Pattern.String != nil && *p.Pattern.String != "":
+		sp, err := newRegexSplit(regexp2.Escape(*p.Pattern.String), p.Behavior, p.Invert)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		return sp, nil
+	}
+	return nil, fmt.Errorf("%s: Split pattern is neither a non-empty String nor a Regex", field)
 }
 
 // parsePostProcessor returns the ids the post-processor puts around a

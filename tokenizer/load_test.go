@@ -161,15 +161,43 @@ func TestLoadErrors(t *testing.T) {
 		{"tokenizer.json bad JSON", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: "{\n\"model\": }"}, []string{"tokenizer.json", "invalid JSON at byte"}},
 		{"no model", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: `{}`}, []string{"tokenizer.json", "model is missing"}},
 		{"model type", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["type"] = "WordPiece" })}, []string{"tokenizer.json", `model type "WordPiece"`}},
-		{"byte fallback", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["byte_fallback"] = true })}, []string{"byte_fallback"}},
 		{"dropout", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["dropout"] = 0.1 })}, []string{"dropout"}},
 		{"bad merge entry", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["merges"] = []any{"Ġ t", "nospace"} })}, []string{"model.merges[1]", "nospace"}},
 		{"bad merge type", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["merges"] = []any{7} })}, []string{"model.merges[0]"}},
 		{"merge not in vocab", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { model(m)["merges"] = []any{[]string{"Ġ", "t"}, []string{"q", "q"}} })}, []string{"model.merges[1]", `merged token "qq"`}},
-		{"normalizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "NFC"} })}, []string{`normalizer "NFC"`}},
-		{"pre-tokenizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} })}, []string{`pre_tokenizer "Metaspace"`}},
-		{"no pre-tokenizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["pre_tokenizer"] = nil })}, []string{"pre_tokenizer is missing"}},
-		{"decoder", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["decoder"] = nil })}, []string{"decoder null"}},
+		{"normalizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "BertNormalizer"} })}, []string{`normalizer: normalizer "BertNormalizer" is not supported`}},
+		{"normalizer in sequence", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{map[string]any{"type": "NFC"}, map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " +"}, "content": " "}}}
+		})}, []string{"normalizer.normalizers[1]", "Regex patterns of Replace"}},
+		{"prepend without prepend", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["normalizer"] = map[string]any{"type": "Prepend"} })}, []string{"Prepend without prepend"}},
+		{"pre-tokenizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Whitespace"} })}, []string{`pre-tokenizer "Whitespace" is not supported`}},
+		{"metaspace replacement", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["pre_tokenizer"] = map[string]any{"type": "Metaspace"} })}, []string{"pre_tokenizer: Metaspace replacement"}},
+		{"metaspace scheme", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}
+		})}, []string{`prepend_scheme "sometimes"`}},
+		{"split after byte-level", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "ByteLevel"}, map[string]any{"type": "Digits"}}}
+		})}, []string{"pre_tokenizer.pretokenizers[1]", "after ByteLevel"}},
+		{"split bad regex", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"Regex": "(a"}, "behavior": "Isolated"}, map[string]any{"type": "ByteLevel"}}}
+		})}, []string{"pre_tokenizer.pretokenizers[0]", `pattern "(a"`}},
+		{"split behavior", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"String": "x"}, "behavior": "Contiguous"}, map[string]any{"type": "ByteLevel"}}}
+		})}, []string{`behavior "Contiguous"`}},
+		{"no pre-tokenizer", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["pre_tokenizer"] = nil })}, []string{"decoder ByteLevel needs a ByteLevel pre-tokenizer"}},
+		{"decoder", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["decoder"] = nil })}, []string{"decoder is missing"}},
+		{"decoder for byte-level", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["decoder"] = map[string]any{"type": "Fuse"} })}, []string{`decoder "Fuse" is not supported with a ByteLevel pre-tokenizer`}},
+		{"decoder unknown", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = nil
+			m["decoder"] = map[string]any{"type": "Sequence", "decoders": []any{map[string]any{"type": "Fuse"}, map[string]any{"type": "CTC"}}}
+		})}, []string{"decoder.decoders[1]", `decoder "CTC"`}},
+		{"strip content", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
+			m["pre_tokenizer"] = nil
+			m["decoder"] = map[string]any{"type": "Strip", "content": "ab", "start": 1}
+		})}, []string{"Strip content must be one character"}},
+		{"llama template without bos", LoadTokenizerJSON, map[string]string{fileConfig: `{"tokenizer_class": "LlamaTokenizer", "eos_token": "</s>"}`}, []string{"add_bos_token is true but there is no bos_token"}},
+		{"generation config eos", LoadTokenizerJSON, map[string]string{fileGenConfig: `{"eos_token_id": [2, 99999]}`}, []string{"generation_config.json", "eos_token_id 99999"}},
+		{"generation config bad eos", LoadTokenizerJSON, map[string]string{fileGenConfig: `{"eos_token_id": "x"}`}, []string{"generation_config.json", "want an id or a list"}},
 		{"post-processor", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) { m["post_processor"] = map[string]any{"type": "Magic"} })}, []string{`post_processor "Magic"`}},
 		{"template id", LoadTokenizerJSON, map[string]string{fileTokenizerJSON: edit(func(m map[string]any) {
 			m["post_processor"] = map[string]any{"type": "RobertaProcessing", "sep": []any{"</s>", 2}, "cls": []any{"<x>", 9999}}

@@ -6,26 +6,31 @@ import (
 )
 
 // model is the part of a Tokenizer that differs between tokenizer families:
-// how text with no added token in it becomes ids (pre-tokenization and the
-// subword model) and how ids become text again (the decoder). The Tokenizer
-// around it handles added tokens, the post-processing template, batching
-// and the pool of encode states. byteLevelBPE (GPT-2, OPT, RoBERTa) is the
-// one implementation; a SentencePiece-style BPE with byte fallback (LLaMA)
-// would be the second, with a Metaspace pre-tokenizer and a decoder that
-// fuses <0xXX> byte tokens.
+// how normalized text with no added token in it becomes ids
+// (pre-tokenization and the subword model) and how ids become text again
+// (the decoder). The Tokenizer around it handles added tokens, the
+// normalizer, the post-processing template, batching and the pool of
+// encode states. There are two implementations: byteLevelBPE (GPT-2, OPT,
+// RoBERTa, Llama-3, Qwen2, SmolLM2) and sentencePieceBPE (Llama-2,
+// TinyLlama, Mistral: characters, byte fallback to <0xXX> tokens, "▁").
 type model interface {
 	// encode appends the ids of text, which holds no added token, to dst.
-	encode(dst []int32, text string, st *encodeState) []int32
+	// atStart says whether text starts at the beginning of the input
+	// (Metaspace's prepend_scheme "first").
+	encode(dst []int32, text string, atStart bool, st *encodeState) []int32
 	// decode appends the text of ids to dst. Every id is a valid id of the
 	// vocabulary (model or added token); the result is valid UTF-8.
 	decode(dst []byte, ids []int32) []byte
 }
 
-// byteLevelBPE is byte-level BPE (GPT-2): text is split by GPT-2's
-// pre-tokenizer, each piece's UTF-8 bytes become one symbol each (the
-// vocabulary spells byte b as the rune byteLevelAlphabet()[b]), and merges
-// join adjacent symbols, lowest rank first. Read-only after construction.
+// byteLevelBPE is byte-level BPE (GPT-2): text is split by the splitting
+// steps of the pre-tokenizer (Llama-3's and Qwen2's Split, Digits) and then
+// by the ByteLevel step (GPT-2's pattern, unless use_regex is false), each
+// piece's UTF-8 bytes become one symbol each (the vocabulary spells byte b
+// as the rune byteLevelAlphabet()[b]), and merges join adjacent symbols,
+// lowest rank first. Read-only after construction.
 type byteLevelBPE struct {
+	splits       []splitter // before the ByteLevel step
 	byteID       [256]int32 // id of each single-byte token, -1 when absent
 	merges       *mergeTable
 	ids          map[string]int32 // vocabulary, for ignoreMerges
@@ -44,7 +49,7 @@ type byteLevelBPE struct {
 // mergeAt names the place of a merge in its file for error messages.
 func newByteLevelBPE(vocab []string, ids map[string]int32, merges [][2]string, mergeAt func(rank int) string, opt bpeOptions) (*byteLevelBPE, error) {
 	m := &byteLevelBPE{
-		merges:       newMergeTable(len(merges)),
+		splits:       opt.splits,
 		ids:          ids,
 		alpha:        byteLevelAlphabet(),
 		unk:          -1,
@@ -66,19 +71,10 @@ func newByteLevelBPE(vocab []string, ids map[string]int32, merges [][2]string, m
 			m.byteID[b] = id
 		}
 	}
-	for rank, p := range merges {
-		a, okA := ids[p[0]]
-		b, okB := ids[p[1]]
-		c, okC := ids[p[0]+p[1]]
-		switch {
-		case !okA:
-			return nil, fmt.Errorf("%s: token %q is not in the vocabulary", mergeAt(rank), p[0])
-		case !okB:
-			return nil, fmt.Errorf("%s: token %q is not in the vocabulary", mergeAt(rank), p[1])
-		case !okC:
-			return nil, fmt.Errorf("%s: merged token %q is not in the vocabulary", mergeAt(rank), p[0]+p[1])
-		}
-		m.merges.set(a, b, int32(rank), c)
+	var err error
+	m.merges, err = buildMerges(ids, merges, mergeAt)
+	if err != nil {
+		return nil, err
 	}
 	inv := make(map[rune]byte, 256)
 	for b, r := range m.alpha {
@@ -91,20 +87,63 @@ func newByteLevelBPE(vocab []string, ids map[string]int32, merges [][2]string, m
 	return m, nil
 }
 
-// bpeOptions are the settings of a BPE model and its byte-level
-// pre-tokenizer.
-type bpeOptions struct {
-	unk            string
-	fuseUnk        bool
-	ignoreMerges   bool
-	addPrefixSpace bool
-	useRegex       bool
+// buildMerges makes the merge table of merges (pairs of tokens in rank
+// order) over the vocabulary ids.
+func buildMerges(ids map[string]int32, merges [][2]string, mergeAt func(rank int) string) (*mergeTable, error) {
+	t := newMergeTable(len(merges))
+	for rank, p := range merges {
+		a, okA := ids[p[0]]
+		b, okB := ids[p[1]]
+		c, okC := ids[p[0]+p[1]]
+		switch {
+		case !okA:
+			return nil, fmt.Errorf("%s: token %q is not in the vocabulary", mergeAt(rank), p[0])
+		case !okB:
+			return nil, fmt.Errorf("%s: token %q is not in the vocabulary", mergeAt(rank), p[1])
+		case !okC:
+			return nil, fmt.Errorf("%s: merged token %q is not in the vocabulary", mergeAt(rank), p[0]+p[1])
+		}
+		t.set(a, b, int32(rank), c)
+	}
+	return t, nil
 }
 
-func (m *byteLevelBPE) encode(dst []int32, text string, st *encodeState) []int32 {
+// bpeOptions are the settings of a BPE model and its pre-tokenizer.
+type bpeOptions struct {
+	unk          string
+	fuseUnk      bool
+	ignoreMerges bool
+	byteFallback bool
+	// The pre-tokenizer: splitting steps, then ByteLevel (byteLevel true,
+	// with its add_prefix_space and use_regex) or Metaspace (metaspace not
+	// nil), or neither.
+	splits         []splitter
+	byteLevel      bool
+	addPrefixSpace bool
+	useRegex       bool
+	metaspace      *metaspace
+	metaspaceSplit bool
+}
+
+func (m *byteLevelBPE) encode(dst []int32, text string, _ bool, st *encodeState) []int32 {
 	if text == "" {
 		return dst
 	}
+	if len(m.splits) > 0 {
+		var pieces []string
+		pieces, st.spare = splitAll(m.splits, text, st.pieces, st.spare)
+		for _, p := range pieces {
+			dst = m.encodePiece(dst, p, st)
+		}
+		clear(pieces)
+		st.pieces = pieces[:0]
+		return dst
+	}
+	return m.encodePiece(dst, text, st)
+}
+
+// encodePiece is the ByteLevel step and the model on one piece.
+func (m *byteLevelBPE) encodePiece(dst []int32, text string, st *encodeState) []int32 {
 	if m.prefixSpace && text[0] != ' ' {
 		text = " " + text
 	}

@@ -13,6 +13,7 @@ import (
 // after loading, and it is safe for concurrent use. Use it by pointer.
 type Tokenizer struct {
 	model   model
+	norm    normalizer       // nil: none
 	vocab   []string         // id -> token; "" for ids that have none
 	ids     map[string]int32 // token -> id: the model vocabulary, then added tokens
 	special []bool           // by id: a special token (skipped by Decode with skipSpecial)
@@ -20,8 +21,10 @@ type Tokenizer struct {
 	// first the tokens with normalized false, then, within the remaining
 	// text, those with normalized true.
 	rawAdded, normAdded *addedMatcher
-	prefix, suffix      []int32 // post-processing template around the text
-	bos, eos, pad, unk  int32   // -1 when the tokenizer has none
+	prefix, suffix      []int32          // post-processing template around the text
+	bos, eos, pad, unk  int32            // -1 when the tokenizer has none
+	eosIDs              []int32          // eos, then generation_config.json's eos_token_id
+	names               map[string]int32 // special tokens by transformers attribute name
 	states              statePool
 }
 
@@ -55,15 +58,21 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, st *
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
-	segs := t.rawAdded.split(st.segs[:0], text)
-	if len(t.normAdded.first) > 0 {
+	segs := t.rawAdded.split(st.segs[:0], text, true)
+	if t.norm != nil || len(t.normAdded.first) > 0 {
+		// Hugging Face normalizes each piece the first pass leaves, then
+		// finds the tokens with normalized true in the normalized piece.
 		n := len(segs)
 		for i := range n {
-			if s := segs[i]; s.id < 0 {
-				segs = t.normAdded.split(segs, s.text)
-			} else {
+			s := segs[i]
+			if s.id >= 0 {
 				segs = append(segs, s)
+				continue
 			}
+			if t.norm != nil {
+				s.text = t.norm.normalize(s.text)
+			}
+			segs = t.normAdded.split(segs, s.text, s.atStart)
 		}
 		segs = append(segs[:0], segs[n:]...)
 	}
@@ -71,7 +80,7 @@ func (t *Tokenizer) appendEncode(dst []int32, text string, addSpecial bool, st *
 		if s.id >= 0 {
 			dst = append(dst, s.id)
 		} else {
-			dst = t.model.encode(dst, s.text, st)
+			dst = t.model.encode(dst, s.text, s.atStart, st)
 		}
 	}
 	clear(segs) // drop references to text
@@ -128,10 +137,13 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, workers int) []
 }
 
 // Decode returns the text of ids, as Hugging Face's decode(ids,
-// skip_special_tokens=skipSpecial) does (with no clean-up of spaces): the
-// tokens' bytes joined, ill-formed UTF-8 replaced by U+FFFD. So
-// Decode(Encode(x, false), false) == x for valid UTF-8 x. An id outside
-// the vocabulary is an error (Hugging Face drops it silently).
+// skip_special_tokens=skipSpecial) does (with no clean-up of spaces): for
+// byte-level BPE the tokens' bytes joined, ill-formed UTF-8 replaced by
+// U+FFFD, so Decode(Encode(x, false), false) == x for valid UTF-8 x when
+// there is no normalizer (OPT); for SentencePiece-style BPE the decoder
+// chain of tokenizer.json ("▁" to space, <0xXX> bytes joined, the first
+// leading space stripped). An id outside the vocabulary is an error
+// (Hugging Face drops it silently).
 func (t *Tokenizer) Decode(ids []int32, skipSpecial bool) (string, error) {
 	for i, id := range ids {
 		if id < 0 || int(id) >= len(t.vocab) || t.vocab[id] == "" {
@@ -190,3 +202,49 @@ func (t *Tokenizer) UNK() (int32, bool) { return t.unk, t.unk >= 0 }
 // Template returns the ids Encode with addSpecial puts before and after the
 // text (OPT: [2] and []). The slices must not be modified.
 func (t *Tokenizer) Template() (prefix, suffix []int32) { return t.prefix, t.suffix }
+
+// SpecialToken returns the content and id of a special token by its
+// transformers attribute name: "bos_token", "eos_token", "unk_token",
+// "pad_token", "sep_token", "cls_token" or "mask_token" (what chat
+// templates read as bos_token and eos_token). ok is false when the
+// tokenizer has no such token (Qwen2 has no bos_token; Mistral no
+// pad_token).
+func (t *Tokenizer) SpecialToken(name string) (content string, id int32, ok bool) {
+	switch name {
+	case "bos_token":
+		id = t.bos
+	case "eos_token":
+		id = t.eos
+	case "pad_token":
+		id = t.pad
+	case "unk_token":
+		id = t.unk
+	default:
+		var found bool
+		if id, found = t.names[name]; !found {
+			return "", -1, false
+		}
+	}
+	if id < 0 {
+		return "", -1, false
+	}
+	return t.vocab[id], id, true
+}
+
+// EOSIDs returns the ids that end a generated sequence: EOS (when the
+// tokenizer has one) and then the other ids of generation_config.json's
+// eos_token_id (one id or a list, as Llama-3-Instruct's [128001, 128008,
+// 128009]) when the directory has that file. The slice must not be
+// modified.
+func (t *Tokenizer) EOSIDs() []int32 { return t.eosIDs }
+
+// PadOrEOS returns the padding id, or, when the tokenizer has no pad token
+// (Llama-2, Mistral, Llama-3), EOS, as transformers users set
+// tokenizer.pad_token = tokenizer.eos_token. ok is false when there is
+// neither.
+func (t *Tokenizer) PadOrEOS() (id int32, ok bool) {
+	if t.pad >= 0 {
+		return t.pad, true
+	}
+	return t.eos, t.eos >= 0
+}

@@ -6,6 +6,18 @@
 //   node compare.mjs --tokenizer DIR --cases cases.jsonl --write golden.jsonl
 //   node compare.mjs --tokenizer DIR --cases cases.jsonl --check gochat.jsonl
 //
+// Options for the LLaMA-family files:
+//   --decode 1       also decode the ids (skip_special_tokens false, and
+//                    true) with clean_up_tokenization_spaces false, and
+//                    write "dec" / "decs" when they differ from the text /
+//                    from "dec";
+//   --config DIR     read tokenizer_config.json from DIR instead;
+//   --variant llama3 change the tokenizer.json before use as
+//                    tokenizer/golden_test.go's llama3Variant does: the
+//                    Split pattern becomes Llama-3's (\p{N}{1,3}) and the
+//                    model gets ignore_merges true (Llama-3's own file is
+//                    not under a permissive licence).
+//
 // --write: one line per case, {"kind", "text" | "hex", "ids"}; ids include
 // the BOS of OPT's post-processor (add_special_tokens true). A "hex" case is
 // raw bytes that are not valid UTF-8: they are decoded with TextDecoder
@@ -59,8 +71,17 @@ function readJSONL(file) {
 const a = args();
 const { Tokenizer, version } = await loadTokenizers();
 const tokJSON = JSON.parse(fs.readFileSync(path.join(a.tokenizer, "tokenizer.json"), "utf8"));
+if (a.variant === "llama3") {
+  const LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  const split = tokJSON.pre_tokenizer.pretokenizers.find((p) => p.type === "Split");
+  split.pattern.Regex = LLAMA3;
+  tokJSON.model.ignore_merges = true;
+} else if (a.variant) {
+  console.error(`unknown --variant ${a.variant}`);
+  process.exit(2);
+}
 let cfg = {};
-const cfgPath = path.join(a.tokenizer, "tokenizer_config.json");
+const cfgPath = path.join(a.config ?? a.tokenizer, "tokenizer_config.json");
 if (fs.existsSync(cfgPath)) cfg = JSON.parse(fs.readFileSync(cfgPath, "utf8"));
 const tok = new Tokenizer(tokJSON, cfg);
 const decoder = new TextDecoder("utf-8", { fatal: false });
@@ -68,7 +89,15 @@ const decoder = new TextDecoder("utf-8", { fatal: false });
 const cases = readJSONL(a.cases);
 const out = cases.map((c) => {
   const text = c.hex !== undefined ? decoder.decode(Buffer.from(c.hex, "hex")) : c.text;
-  return { ...c, ids: tok.encode(text).ids };
+  const ids = tok.encode(text).ids;
+  const r = { ...c, ids };
+  if (a.decode && ids.length > 0) {
+    const dec = tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+    const decs = tok.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false });
+    if (dec !== text) r.dec = dec;
+    if (decs !== dec) r.decs = decs;
+  }
+  return r;
 });
 
 if (a.write) {

@@ -21,7 +21,24 @@ gochat's own tests pin them to the Rust behaviour.
 Only characters assigned in this Python's Unicode database (14.0) are used,
 so Go (15.0) and Node (17.0) classify them alike.
 
-Usage: /usr/bin/python3 gen_cases.py [--seed N] [--scale K] > cases.jsonl
+--family picks the special tokens written into the texts and adds kinds:
+  opt    (default) the OPT cases above, unchanged;
+  llama  Llama-2 / TinyLlama / Mistral: <s>, </s>, [INST], "▁", <0x0A>, ...;
+  qwen   Qwen2 / Qwen2.5 / Qwen3 (and the Llama-3 pattern variant):
+         <|im_start|>, <think>, <tool_call>, ...
+For llama and qwen it adds the kinds nfc (text that NFC changes: NFD and
+NFKD forms, Hangul jamo, singletons such as U+212B), lines (whitespace runs
+with \n, \r\n, tabs, U+0085, U+2028, U+2029, U+FEFF, "\n\n  x"), digits
+(digit runs of every length, which Qwen splits one by one and Llama-3 in
+groups of three, Unicode digits) and chat (chat-template-shaped text).
+U+0085 and U+FEFF are fine there: the JavaScript port runs Split patterns
+with \s rewritten to \p{White_Space}, as Oniguruma has it, and
+SentencePiece-style files have no pattern. One difference stays: for
+(?i:'s|...) Oniguruma's case folding takes U+017F (ſ) as s and the
+JavaScript port does not, so "'ſ" is rewritten to "'ž" in qwen texts
+(gochat follows Oniguruma; TestOnigSplit checks it).
+
+Usage: /usr/bin/python3 gen_cases.py [--seed N] [--scale K] [--family F] > cases.jsonl
 """
 
 import argparse
@@ -346,24 +363,140 @@ FIXED = [
 ]
 
 
+LLAMA_SPECIALS = ["<s>", "</s>", "<unk>", "[INST]", "[/INST]", "<<SYS>>\n", "\n<</SYS>>\n\n", "<|user|>", "<|assistant|>", "<|system|>",
+                  "<0x0A>", "<0xFF>", "\u2581", "\u2581\u2581", "<s", "</s", "s>", "< s>", "<S>", "</S>", "<s><s>", "</s></s>", "<s></s>",
+                  "<unk><unk>", "<<s>>", "</s>>", "<pad>", "<|endoftext|>"]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|box_end|>", "<|vision_pad|>", "<|image_pad|>",
+                 "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                 "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>", "<|im_start", "im_end|>", "<|IM_START|>",
+                 "<||>", "<|im_start|><|im_start|>", "<|im_end|>\n", "<think>\n\n</think>\n\n", "</s>", "<s>", "<|endoftext"]
+LINE_SPACES = ["\n", "\n", "\n\n", "\r\n", "\r", "\t", "\t\t", " ", "  ", "    ", "\u0085", "\u2028", "\u2029", "\ufeff", "\u00a0", "\u3000", "\x0b", "\x0c"]
+
+
+class FamilyGen(Gen):
+    """The extra kinds of the llama and qwen families."""
+
+    def __init__(self, seed, specials):
+        super().__init__(seed)
+        self.specials_list = specials
+
+    def nfc(self):
+        base = self.pick([
+            lambda: self.english(self.r.randint(1, 4)),
+            lambda: self.word(LATIN, 1, 8),
+            lambda: self.word(GREEK + CYRILLIC, 1, 6),
+            lambda: self.word(HANGUL, 1, 4),
+            lambda: self.word(DEVANAGARI, 1, 5),
+            lambda: "".join(self.pick(["\u00e9", "\u00e8", "\u00fc", "\u00f1", "\u00e5", "\u00c5", "\u1e9b\u0323", "\u00f4", "\u01d7", "\u1ea5"]) for _ in range(self.r.randint(1, 5))),
+        ])()
+        k = self.r.random()
+        if k < 0.4:
+            base = unicodedata.normalize("NFD", base)
+        elif k < 0.55:
+            base = unicodedata.normalize("NFKD", base)
+        elif k < 0.7:  # marks in non-canonical order
+            base += self.pick(["\u0323\u0307", "\u0307\u0323", "\u0301\u0327", "\u0327\u0301", "\u0308\u0301"])
+        elif k < 0.85:  # singletons and compatibility characters NFC keeps or maps
+            base += self.pick(["\u212b", "\u2126", "\u212a", "\u00c5", "\ufb01", "\u2460", "\u1100\u1161\u11a8", "\u0041\u030a", "\u0344", "\u0958"])
+        else:
+            base = self.pick(MARKS) + base  # a leading combining mark
+        return base + self.pick(["", " ", "\n", ".", " x"])
+
+    def lines(self):
+        out = []
+        if self.r.random() < 0.4:
+            out.append("".join(self.pick(LINE_SPACES) for _ in range(self.r.randint(1, 4))))
+        for _ in range(self.r.randint(1, 6)):
+            out.append(self.pick([lambda: self.english(self.r.randint(1, 3)), lambda: self.word(LATIN[:52], 1, 5), lambda: self.number(),
+                                  lambda: self.word(PUNCT, 1, 3), lambda: self.word(CJK, 1, 3), lambda: self.pick(EMOJI), lambda: "x",
+                                  lambda: self.pick(self.specials_list)])())
+            out.append("".join(self.pick(LINE_SPACES) for _ in range(self.r.randint(1, 5))))
+        if self.r.random() < 0.5:
+            out.pop()
+        return "".join(out)
+
+    def digits(self):
+        out = []
+        for _ in range(self.r.randint(1, 5)):
+            k = self.r.random()
+            if k < 0.5:
+                out.append("".join(self.r.choice("0123456789") for _ in range(self.r.randint(1, 20))))
+            elif k < 0.65:
+                out.append("{:,}".format(self.r.randint(0, 10 ** 12)))
+            elif k < 0.75:
+                out.append("%d.%0*d" % (self.r.randint(0, 99999), self.r.randint(1, 8), self.r.randint(0, 10 ** 6)))
+            elif k < 0.85:
+                out.append("".join(self.r.choice(DIGITS_OTHER + NUMBER_OTHER) for _ in range(self.r.randint(1, 7))))
+            else:
+                out.append(self.word(LATIN[:52], 1, 3) + str(self.r.randint(0, 10 ** self.r.randint(1, 9))))
+            out.append(self.pick(["", " ", " ", "\n", "-", "/", ":", "x", "$", "%", " + "]))
+        return "".join(out)
+
+    def chat(self):
+        msgs = []
+        for _ in range(self.r.randint(1, 4)):
+            role = self.pick(["system", "user", "assistant", "tool"])
+            body = self.pick([lambda: self.english(self.r.randint(2, 25)), self.code, self.cjk, self.emoji, self.digits])()
+            msgs.append((role, body))
+        form = self.pick(["chatml", "llama2", "zephyr", "raw"])
+        out = []
+        for role, body in msgs:
+            if form == "chatml":
+                out.append("<|im_start|>" + role + "\n" + body + "<|im_end|>\n")
+            elif form == "llama2":
+                out.append(("<s>[INST] " + body + " [/INST]") if role != "assistant" else (" " + body + " </s>"))
+            elif form == "zephyr":
+                out.append("<|" + role + "|>\n" + body + "</s>\n")
+            else:
+                out.append(self.pick(self.specials_list) + body)
+        if self.r.random() < 0.3:
+            out.append(self.pick(["<|im_start|>assistant\n", "<|assistant|>\n", "[/INST]", "<think>\n"]))
+        return "".join(out)
+
+
+FAMILY_FIXED = [
+    "Hello, world! \u4f60\u597d \U0001f642\n\n  x", "Hello</s>world", "<s>[INST] Hello", "<|im_start|>user\nHi!<|im_end|>\n",
+    "Hello", " Hello", "  Hello", "\u2581Hello", "\u2581", " ", "\n\n  x", "\n\n\tx", "\t\tfoo", "a\u0085b", "\u0085", "x\u2028y", "\u2029",
+    "\ufeffx", "e\u0301", "\u212b", "\u1100\u1161", "1", "12", "123", "1234", "12345", "1234567", "3.14159", "1,000,000", "\u0661\u0662\u0663",
+    "it's", "IT'S", "it'S", "we'Ll", "'re", " 're", "\r\n\r\n", "a\r\n b", "<0x0A>", "<s>", "</s>", "<unk>", "<think>", "</think>",
+    "</s><s>", "x</s>", "</s>x", " </s> ", "\n</s>\n", "<|endoftext|>", "\U0001f468\u200d\U0001f469\u200d\U0001f467", "\u00ff\u0100",
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=20240607)
     ap.add_argument("--scale", type=int, default=1, help="multiply the number of generated texts")
+    ap.add_argument("--family", choices=["opt", "llama", "qwen"], default="opt", help="special tokens and extra kinds (see above)")
     args = ap.parse_args()
-    g = Gen(args.seed)
+    global SPECIALS
+    fixed = FIXED
     counts = {"letters": 700, "cjk": 500, "emoji": 500, "numbers": 500, "whitespace": 900, "contractions": 500,
               "punctuation": 500, "code": 200, "specials": 500, "dialogue": 300, "mix": 700, "long": 100, "invalid": 300}
+    if args.family == "opt":
+        g = Gen(args.seed)
+    else:
+        SPECIALS = LLAMA_SPECIALS if args.family == "llama" else QWEN_SPECIALS
+        g = FamilyGen(args.seed, SPECIALS)
+        fixed = FIXED + FAMILY_FIXED
+        counts = {k: v // 2 for k, v in counts.items()}
+        counts.update({"nfc": 500, "lines": 700, "digits": 500, "chat": 400, "specials": 500})
+
+    def clean(text):
+        if args.family == "qwen":
+            text = text.replace("'\u017f", "'\u017e")  # see the docstring
+        return text
+
     w = sys.stdout
-    for t in FIXED:
-        w.write(json.dumps({"kind": "fixed", "text": t}, ensure_ascii=False) + "\n")
+    for t in fixed:
+        w.write(json.dumps({"kind": "fixed", "text": clean(t)}, ensure_ascii=False) + "\n")
     for kind, n in counts.items():
         fn = getattr(g, kind)
         for _ in range(n * args.scale):
             if kind == "invalid":
                 w.write(json.dumps({"kind": kind, "hex": fn().hex()}) + "\n")
             else:
-                w.write(json.dumps({"kind": kind, "text": fn()}, ensure_ascii=False) + "\n")
+                w.write(json.dumps({"kind": kind, "text": clean(fn())}, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

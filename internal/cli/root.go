@@ -158,6 +158,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newScoreCmd(g, nil),
 		newChatCmd(g, nil),
 		newTokenizeCmd(g, nil),
+		newChatTemplateCmd(g, nil),
 		newDataCmd(g, nil),
 		newBenchCmd(g),
 		newRecipesCmd(g),

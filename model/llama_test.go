@@ -638,6 +638,22 @@ func TestLlamaMemoryFunctionsMatchAllocations(t *testing.T) {
 					a.Free()
 				}
 			}
+			// ZeRO's units: the layers are consecutive blocks between the
+			// embeddings and the final norm and heads.
+			end, _ := m.LayerRange(0)
+			if first, _, _ := m.ParamRange("layers.0.input_layernorm.weight"); end != cfg.VocabSize*cfg.HiddenSize || first != end {
+				t.Errorf("%s: layer 0 starts at %d", name, end)
+			}
+			for l := range cfg.NumLayers {
+				off, n := m.LayerRange(l)
+				if off != end || n <= 0 {
+					t.Errorf("%s: layer %d at %d (+%d), want %d", name, l, off, n, end)
+				}
+				end = off + n
+			}
+			if norm, _, _ := m.ParamRange("norm.weight"); norm != end {
+				t.Errorf("%s: the final norm at %d, the layers end at %d", name, norm, end)
+			}
 			kc := must(m.NewCache(3, 16, 5))
 			if got, want := CacheBytes(cfg, 3, 16, 5), kc.Bytes(); got != want {
 				t.Errorf("%s: CacheBytes %d, NewCache holds %d", name, got, want)

@@ -14,17 +14,27 @@ import (
 	"github.com/gochat-ai/gochat/model"
 )
 
-var goldenModels = []string{"preln", "postln"}
+// goldenModels are model's tiny test models: OPT's (pre-LN, post-LN) and
+// the LLaMA family's (Llama with GQA, Qwen2, Qwen3).
+var goldenModels = []string{"preln", "postln", "llama/llama", "llama/qwen2", "llama/qwen3"}
 
-// loadGolden loads one of model's tiny test models (max_position_embeddings
-// 16, vocabulary 96).
+// goldenDir is the directory of a test model (vocabulary 96,
+// max_position_embeddings 16 for OPT's, 64 for the LLaMA family's).
+func goldenDir(name string) string {
+	if l, ok := strings.CutPrefix(name, "llama/"); ok {
+		return filepath.Join("..", "model", "testdata", "llama", l)
+	}
+	return filepath.Join("..", "model", "testdata", "golden", name)
+}
+
+// loadGolden loads one of model's tiny test models.
 func loadGolden(t testing.TB, name string) *model.Model {
 	t.Helper()
 	dev, err := cpu.New(cpu.Options{Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{})
+	m, err := model.Load(dev, goldenDir(name), model.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +45,7 @@ func loadGolden(t testing.TB, name string) *model.Model {
 // (non-zero) weights, so that fusing them matters.
 func newLoRA(t testing.TB, m *model.Model, seed uint64) *lora.LoRA {
 	t.Helper()
-	lo, err := lora.New(m, lora.Config{Dim: 4}, seed)
+	lo, err := lora.New(m, lora.Config{Dim: 4, ModuleName: "layers."}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +633,7 @@ func TestBF16Engine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{DType: kernels.BF16})
+			m, err := model.Load(dev, goldenDir(name), model.LoadOptions{DType: kernels.BF16})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -651,8 +661,19 @@ func TestBF16Engine(t *testing.T) {
 				t.Errorf("fused bf16 workspace vs Train mode: max rel %.3g > 2e-2", d)
 			}
 			V := m.Config.VocabSize
-			if d := maxRelDiff(realPositions(cachedLogits(t, e, p, 5), p.Mask, V), realPositions(full, p.Mask, V)); d > 1e-5 {
-				t.Errorf("KV-cache decoding vs the workspace's full forward: max rel %.3g > 1e-5", d)
+			// The native bf16 GEMM (AVX512_BF16) is not bit-invariant in
+			// its row count (about 1e-6 on a logit; the portable path is),
+			// and a bf16 rounding of the next matmul's input that flips
+			// moves a value by up to 2^-8: the LLaMA-family models amplify
+			// that to ~1e-3 here, OPT's do not.
+			tol := 1e-5
+			if m.Config.IsLlamaFamily() {
+				tol = 1e-2
+			}
+			if d := maxRelDiff(realPositions(cachedLogits(t, e, p, 5), p.Mask, V), realPositions(full, p.Mask, V)); d > tol {
+				t.Errorf("KV-cache decoding vs the workspace's full forward: max rel %.3g > %g", d, tol)
+			} else {
+				t.Logf("KV-cache decoding vs the workspace's full forward: max rel %.3g", d)
 			}
 			e.Train()
 			if !slices.Equal(m.Params.Flat.(cpu.BF16), before) {

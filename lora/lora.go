@@ -26,8 +26,10 @@ type Config struct {
 	// 0 means DeepSpeed-Chat's default 1.
 	Scaling float64
 	// ModuleName selects linear layers whose Hugging Face module name
-	// (e.g. "model.decoder.layers.3.self_attn.q_proj") contains it
-	// (--lora-module-name; default "decoder.layers.").
+	// (e.g. "model.decoder.layers.3.self_attn.q_proj" for OPT,
+	// "model.layers.3.mlp.gate_proj" for the LLaMA family) contains it
+	// (--lora-module-name; default "decoder.layers.", DeepSpeed-Chat's,
+	// which matches OPT's names only: LLaMA-family models take "layers.").
 	ModuleName string
 }
 
@@ -77,19 +79,20 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 	lo := &LoRA{cfg: cfg, dev: d, scale: float32(cfg.Scaling / float64(r)), baseRange: map[string][2]int{}}
 	lo.sites = make([][model.NumSites][]*part, c.NumLayers)
 	for s := range model.NumSites {
-		names, _, out := c.Linears(s)
-		lo.siteOut[s] = out * len(names)
+		for _, lin := range c.Linears(s) {
+			lo.siteOut[s] += lin.Out
+		}
 	}
 	total := 0
 	var err error
-	selectLayers(c, cfg, func(l int, s model.Site, j int, short string, in, out int) {
+	selectLayers(c, cfg, func(l int, s model.Site, col int, short string, in, out int) {
 		off, _, ok := m.ParamRange(short + ".weight")
 		if !ok {
 			err = fmt.Errorf("lora: model has no %s.weight", short)
 			return
 		}
 		lo.baseRange[short] = [2]int{off, in * out}
-		lo.sites[l][s] = append(lo.sites[l][s], &part{name: short, col: j * out, in: in, out: out})
+		lo.sites[l][s] = append(lo.sites[l][s], &part{name: short, col: col, in: in, out: out})
 		lo.names = append(lo.names, short)
 		total += (in + out) * r
 	})
@@ -97,7 +100,7 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 		return nil, err
 	}
 	if total == 0 {
-		return nil, noMatch(cfg)
+		return nil, noMatch(c, cfg)
 	}
 	if lo.Params, err = d.Alloc(kernels.F32, total); err != nil {
 		return nil, fmt.Errorf("lora: %d adapter parameters: %w", total, err)
@@ -128,25 +131,31 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 }
 
 // selectLayers calls visit for every linear layer of a decoder with config
-// c that cfg.ModuleName selects, in layer, site, output-column order: the
-// layer index, its site, its index j within the site, its short name (e.g.
+// c whose Hugging Face module name (c.HFPrefix() + short) contains
+// cfg.ModuleName, in layer, site, output-column order: the layer index, its
+// site, its first output column within the site, its short name (e.g.
 // "layers.3.self_attn.q_proj") and its in and out sizes.
-func selectLayers(c *model.Config, cfg Config, visit func(l int, s model.Site, j int, short string, in, out int)) {
+func selectLayers(c *model.Config, cfg Config, visit func(l int, s model.Site, col int, short string, in, out int)) {
 	for l := range c.NumLayers {
 		for s := range model.NumSites {
-			names, in, out := c.Linears(s)
-			for j, n := range names {
-				short := fmt.Sprintf("layers.%d.%s", l, n)
-				if strings.Contains("model.decoder."+short, cfg.ModuleName) {
-					visit(l, s, j, short, in, out)
+			for _, lin := range c.Linears(s) {
+				short := fmt.Sprintf("layers.%d.%s", l, lin.Name)
+				if strings.Contains(c.HFPrefix()+short, cfg.ModuleName) {
+					visit(l, s, lin.Col, short, lin.In, lin.Out)
 				}
 			}
 		}
 	}
 }
 
-func noMatch(cfg Config) error {
-	return fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like model.decoder.layers.0.self_attn.q_proj, model.decoder.layers.0.fc1)", cfg.ModuleName)
+func noMatch(c *model.Config, cfg Config) error {
+	var names []string
+	for s := range model.NumSites {
+		for _, lin := range c.Linears(s) {
+			names = append(names, c.HFPrefix()+"layers.0."+lin.Name)
+		}
+	}
+	return fmt.Errorf("lora: --lora-module-name %q matches no linear layer (names look like %s)", cfg.ModuleName, strings.Join(names, ", "))
 }
 
 // Size is what New allocates for a model with config c, without a model:
@@ -164,7 +173,7 @@ func Size(c *model.Config, cfg Config) (params, layers int, err error) {
 		layers++
 	})
 	if layers == 0 {
-		return 0, 0, noMatch(cfg)
+		return 0, 0, noMatch(c, cfg)
 	}
 	return params, layers, nil
 }

@@ -19,7 +19,11 @@ func load(t *testing.T, name string) *model.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dev, filepath.Join("..", "model", "testdata", "golden", name), model.LoadOptions{})
+	dir := filepath.Join("..", "model", "testdata", "golden", name)
+	if l, ok := strings.CutPrefix(name, "llama/"); ok {
+		dir = filepath.Join("..", "model", "testdata", "llama", l)
+	}
+	m, err := model.Load(dev, dir, model.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +90,46 @@ func TestSelection(t *testing.T) {
 	}
 }
 
+// testModels are OPT's (pre-LN, post-LN) and the LLaMA family's tiny
+// golden models (GQA q/k/v of unequal widths, fused gate|up), with a
+// pattern that selects every decoder linear layer of each.
+var testModels = []struct{ name, all string }{
+	{"preln", "decoder.layers."}, {"postln", "decoder.layers."},
+	{"llama/llama", "layers."}, {"llama/qwen2", "model.layers."}, {"llama/qwen3", "layers."},
+}
+
+// TestLlamaSelection: the LLaMA family's module names (model.layers.N.*)
+// and sites; DeepSpeed-Chat's default pattern matches OPT's names only, and
+// the error shows the model's own.
+func TestLlamaSelection(t *testing.T) {
+	m := load(t, "llama/qwen3")
+	for _, c := range []struct {
+		pattern string
+		want    int
+	}{
+		{"layers.", 14}, {"model.layers.", 14}, {"q_proj", 2}, {"self_attn", 8}, {"mlp", 6}, {"o_proj", 2}, {"layers.1.mlp.gate", 1},
+	} {
+		lo, err := New(m, Config{Dim: 4, ModuleName: c.pattern}, 1)
+		if err != nil {
+			t.Fatalf("%q: %v", c.pattern, err)
+		}
+		if len(lo.Adapted()) != c.want {
+			t.Errorf("%q adapts %v, want %d layers", c.pattern, lo.Adapted(), c.want)
+		}
+	}
+	_, err := New(m, Config{Dim: 4}, 1)
+	if err == nil || !strings.Contains(err.Error(), "model.layers.0.self_attn.q_proj") || !strings.Contains(err.Error(), "model.layers.0.mlp.down_proj") {
+		t.Errorf("default pattern on a LLaMA-family model: %v", err)
+	}
+}
+
 func TestZeroInitChangesNothingAndFuseMatches(t *testing.T) {
-	for _, name := range []string{"preln", "postln"} {
+	for _, tm := range testModels {
+		name := tm.name
 		m := load(t, name)
 		b := batch(m, 2, 6, 1)
 		_, base := lossOf(t, m, b, 2, 6)
-		lo, err := New(m, Config{Dim: 3, ModuleName: "decoder.layers."}, 7)
+		lo, err := New(m, Config{Dim: 3, ModuleName: tm.all}, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,10 +164,11 @@ func TestZeroInitChangesNothingAndFuseMatches(t *testing.T) {
 // TestGradients checks the adapter gradients (and the frozen base) with
 // directional finite differences of the mean loss in float32.
 func TestGradients(t *testing.T) {
-	for _, name := range []string{"preln", "postln"} {
+	for _, tm := range testModels {
+		name := tm.name
 		m := load(t, name)
 		b := batch(m, 2, 6, 2)
-		lo, err := New(m, Config{Dim: 4, Scaling: 2}, 5)
+		lo, err := New(m, Config{Dim: 4, Scaling: 2, ModuleName: tm.all}, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +178,7 @@ func TestGradients(t *testing.T) {
 		m.AllocGrads()
 		m.ZeroGrads()
 		lo.ZeroGrads()
-		a := must(m.NewActs(2, 6, model.ActsOptions{Train: true, Checkpoint: name == "postln"}))
+		a := must(m.NewActs(2, 6, model.ActsOptions{Train: true, Checkpoint: name == "postln" || name == "llama/qwen2"}))
 		if err := m.Forward(a, b); err != nil {
 			t.Fatal(err)
 		}

@@ -7,12 +7,16 @@ import (
 )
 
 // layerActs are the saved activations of one decoder layer for a [B,T]
-// batch (N = B·T rows). Which buffers hold what depends on the LayerNorm
-// placement; see layerForward. With a bf16 store (Acts.store) ln1, ln2,
-// atty and fchAct (for relu also fch, which it aliases) are BF16.
+// batch (N = B·T rows). Which buffers hold what depends on the family and,
+// for OPT, the LayerNorm placement; see optFamily.layerForward and
+// llamaBufs (where ln*Rstd are the RMSNorms', qkv and atty have the packed
+// GQA widths, fch is gate|up [N,2F] and fchAct silu(gate)·up). With a bf16
+// store (Acts.store) ln1, ln2, atty and fchAct (for relu also fch, which
+// it aliases) are BF16.
 type layerActs struct {
 	ln1, ln1Mean, ln1Rstd kernels.Buffer // [N,H], [N], [N]
 	qkv                   kernels.Buffer // [N,3H]
+	qkvRaw, qRstd, kRstd  kernels.Buffer // Qwen3: qkv before q/k norm, the norms' rstd [N,NH], [N,NKV]
 	att                   kernels.Buffer // [B,NH,T,T] probabilities
 	atty                  kernels.Buffer // [N,H] attention output (before out_proj)
 	attnOut               kernels.Buffer // [N,H] out_proj output (after dropout)
@@ -54,7 +58,8 @@ type Acts struct {
 	values           kernels.Buffer // [N] value head outputs
 	dA, dB, dC       kernels.Buffer // [N,H] gradient scratch
 	dqkv             kernels.Buffer // [N,3H]
-	dfch             kernels.Buffer // [N,F]
+	dfch             kernels.Buffer // [N,F] (LLaMA: [N,2F])
+	datty, dact      kernels.Buffer // LLaMA: [N,NH·HS], [N,F]
 	dy, demb         kernels.Buffer // [N,P]
 	dlosses, dvalues kernels.Buffer // [N]
 
@@ -209,90 +214,11 @@ func (a *Acts) Bytes() int {
 	return n
 }
 
-// layoutActs (re)sets every field of a for shape [b,t], taking each distinct
-// buffer from buf in a fixed order; aliases (embIn = emb when P == H, fchAct
-// = fch for relu, fin = resid[L] without a final LayerNorm, y = fin without
-// project_out) are views of the same buffer, as the forward pass expects.
-// Only dev and backing survive; every flag starts cleared.
+// layoutActs (re)sets every field of a for shape [b,t], taking each
+// distinct buffer from buf in a fixed order (the family's layout). Only dev
+// and backing survive; every flag starts cleared.
 func (m *Model) layoutActs(a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) {
-	c := m.Config
-	H, F, P, V, NH := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumHeads
-	n := b * t
-	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
-	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
-	store := bf16Store(w, opts)
-	kept := f32 // the tensors the bf16 store keeps
-	if store {
-		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
-	}
-	nl := c.NumLayers
-	if opts.Checkpoint {
-		nl = 1
-	}
-	*a = Acts{
-		B: b, T: t, opts: opts, store: store,
-		dev: a.dev, backing: a.backing,
-		hostTargets: a.hostTargets[:0],
-		resid:       reuse(a.resid, c.NumLayers+1),
-		layers:      reuse(a.layers, nl),
-	}
-	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
-	a.emb = f32(n * P)
-	a.embIn = a.emb
-	if c.HasProjections() {
-		a.embIn = f32(n * H)
-	}
-	a.posEmb = f32(n * H)
-	for i := range a.resid {
-		a.resid[i] = f32(n * H)
-	}
-	dropout := opts.Dropout && c.Dropout > 0
-	for i := range a.layers {
-		la := &a.layers[i]
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(3*n*H), f32(b*NH*t*t), kept(n*H), f32(n*H), f32(n*H)
-		la.ln1, la.ln1Mean, la.ln1Rstd = kept(n*H), f32(n), f32(n)
-		la.ln2Mean, la.ln2Rstd = f32(n), f32(n)
-		if c.DoLayerNormBefore {
-			la.ln2 = kept(n * H)
-		} else {
-			la.s2 = f32(n * H)
-		}
-		if c.Activation == "relu" {
-			la.fch = kept(n * F)
-			la.fchAct = la.fch
-		} else {
-			la.fch, la.fchAct = f32(n*F), kept(n*F) // GELU's backward reads fch
-		}
-		la.fc2o = f32(n * H)
-		if dropout {
-			la.drop1, la.drop2 = f32(n*H), f32(n*H)
-		}
-	}
-	a.fin = a.resid[c.NumLayers]
-	if c.HasFinalLayerNorm() {
-		a.fin, a.finMean, a.finRstd = f32(n*H), f32(n), f32(n)
-	}
-	a.y = a.fin
-	if c.HasProjections() {
-		a.y = f32(n * P)
-	}
-	if !opts.NoLogits {
-		a.logits, a.losses = f32(n*V), f32(n)
-	}
-	if m.opts.ValueHead {
-		a.values = f32(n)
-	}
-	if opts.Train {
-		a.dA, a.dB, a.dC, a.dqkv, a.dfch = f32(n*H), f32(n*H), f32(n*H), f32(3*n*H), f32(n*F)
-		a.dy = f32(n * P)
-		if c.HasProjections() {
-			a.demb = f32(n * P)
-		}
-		a.dlosses, a.dvalues = f32(n), f32(n)
-	}
-	if store {
-		a.wsH, a.wsF = f32(n*H), f32(n*F)
-	}
+	m.Config.family().layoutActs(m, a, b, t, opts, w, buf)
 }
 
 // reuse returns s resized to n elements, all zero, keeping its array when

@@ -1,10 +1,6 @@
 package model
 
-import (
-	"fmt"
-
-	"github.com/gochat-ai/gochat/kernels"
-)
+import "fmt"
 
 // Grad holds the upstream gradient of a backward pass: the gradient of the
 // objective with respect to each position's cross-entropy loss and value.
@@ -50,8 +46,8 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	if !m.FreezeBase && m.Grads.Flat == nil {
 		return fmt.Errorf("model: gradients were allocated for a frozen base (FreezeBase); call AllocGrads again after clearing FreezeBase")
 	}
-	c, d, p, gr := m.Config, m.Dev, m.Params, m.Grads
-	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
+	c, d, p, gr, f := m.Config, m.Dev, m.Params, m.Grads, m.Config.family()
+	N, P, V := a.B*a.T, c.WordEmbedProjDim, c.VocabSize
 	if m.FreezeBase && gr.Flat != nil { // only the value head's gradient; nil views are skipped
 		gr = &Params{VHead: gr.VHead, Layers: make([]LayerParams, c.NumLayers)}
 	}
@@ -85,27 +81,16 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 		d.Gemm(false, false, N, P, 1, 1, a.dvalues, 1, p.VHead, P, 1, a.dy, P)
 		d.Gemm(true, false, 1, P, N, 1, a.dvalues, 1, a.y, P, 1, gr.VHead, P)
 	}
-	dfin := a.dy
-	if c.HasProjections() {
-		d.MatmulBackward(a.dB, gr.ProjectOut, nil, a.dy, a.fin, p.ProjectOut, N, H, P)
-		dfin = a.dB
-	}
-	// dA is the residual stream's gradient from here down.
-	if c.HasFinalLayerNorm() {
-		d.Zero(a.dA)
-		d.LayerNormBackward(a.dA, gr.FinalLNW, gr.FinalLNB, dfin, a.resid[c.NumLayers], p.FinalLNW, a.finMean, a.finRstd, N, H)
-	} else {
-		d.Copy(a.dA, dfin)
-	}
+	f.finalBackward(m, a, gr)
 
 	for l := c.NumLayers - 1; l >= 0; l-- {
 		if err := m.acquire(l); err != nil {
 			return err
 		}
 		if a.opts.Checkpoint {
-			m.layerForward(a, l) // recompute this layer's activations
+			f.layerForward(m, a, l) // recompute this layer's activations
 		}
-		m.layerBackward(a, &gr.Layers[l], l)
+		f.layerBackward(m, a, &gr.Layers[l], l)
 		if err := m.release(l, true); err != nil {
 			return err
 		}
@@ -115,74 +100,6 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	if m.FreezeBase {
 		return m.release(-1, true)
 	}
-	d.EmbeddingBackward(gr.EmbedPos, a.dA, a.pos, N, H)
-	if c.HasProjections() {
-		d.MatmulBackward(a.demb, gr.ProjectIn, nil, a.dA, a.emb, p.ProjectIn, N, P, H)
-		d.EmbeddingBackward(gr.EmbedToks, a.demb, a.ids, N, P)
-	} else {
-		d.EmbeddingBackward(gr.EmbedToks, a.dA, a.ids, N, P)
-	}
+	f.embedBackward(m, a, gr)
 	return m.release(-1, true)
-}
-
-// layerBackward is layerForward reversed, accumulating into gw. On entry a.dA
-// holds the gradient of the layer's output; on return, of its input.
-func (m *Model) layerBackward(a *Acts, gw *LayerParams, l int) {
-	c, d, w, la := m.Config, m.Dev, &m.Params.Layers[l], a.layer(l)
-	B, T, N, H, F := a.B, a.T, a.B*a.T, c.HiddenSize, c.FFNDim
-	r := a.resid[l]
-	mask := a.maskBuf()
-	undrop := func(dst, src, scale kernels.Buffer) kernels.Buffer {
-		if scale == nil {
-			return src
-		}
-		d.Mul(dst, src, scale, N*H)
-		return dst
-	}
-	// widen returns a tensor the forward kept, as F32: itself, or with a
-	// bf16 store (Acts.store) widened into the working buffer ws.
-	widen := func(kept, ws kernels.Buffer) kernels.Buffer {
-		if !a.store {
-			return kept
-		}
-		d.Copy(ws, kept)
-		return ws
-	}
-
-	if c.DoLayerNormBefore {
-		// out = s1 + fc2o
-		dfc2o := undrop(a.dC, a.dA, la.drop2)
-		act := widen(la.fchAct, a.wsF)
-		m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, act, w.FC2W, N, F, H)
-		m.activationBackward(a.dfch, a.dfch, act, la.fch, N*F)
-		m.linearBackward(l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, widen(la.ln2, a.wsH), w.FC1W, N, H, F)
-		d.LayerNormBackward(a.dA, gw.FFNLNW, gw.FFNLNB, a.dB, la.s1, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
-		// s1 = r + attnOut
-		dattn := undrop(a.dC, a.dA, la.drop1)
-		m.linearBackward(l, SiteOut, a.dB, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
-		d.AttentionBackward(a.dqkv, a.dB, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
-		m.linearBackward(l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, widen(la.ln1, a.wsH), w.QKVW, N, H, 3*H)
-		d.LayerNormBackward(a.dA, gw.AttnLNW, gw.AttnLNB, a.dB, r, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
-		return
-	}
-
-	// Post-LN. out = LN2(s2)
-	d.Zero(a.dB)
-	d.LayerNormBackward(a.dB, gw.FFNLNW, gw.FFNLNB, a.dA, la.s2, w.FFNLNW, la.ln2Mean, la.ln2Rstd, N, H)
-	// s2 = ln1 + fc2o
-	dfc2o := undrop(a.dC, a.dB, la.drop2)
-	act := widen(la.fchAct, a.wsF)
-	m.linearBackward(l, SiteFC2, a.dfch, gw.FC2W, gw.FC2B, dfc2o, act, w.FC2W, N, F, H)
-	m.activationBackward(a.dfch, a.dfch, act, la.fch, N*F)
-	m.linearBackward(l, SiteFC1, a.dA, gw.FC1W, gw.FC1B, a.dfch, widen(la.ln1, a.wsH), w.FC1W, N, H, F)
-	d.Add(a.dA, a.dA, a.dB, N*H)
-	// ln1 = LN1(s1)
-	d.Zero(a.dB)
-	d.LayerNormBackward(a.dB, gw.AttnLNW, gw.AttnLNB, a.dA, la.s1, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
-	// s1 = r + attnOut
-	dattn := undrop(a.dC, a.dB, la.drop1)
-	m.linearBackward(l, SiteOut, a.dA, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
-	d.AttentionBackward(a.dqkv, a.dA, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
-	m.linearBackward(l, SiteQKV, a.dA, gw.QKVW, gw.QKVB, a.dqkv, r, w.QKVW, N, H, 3*H)
-	d.Add(a.dA, a.dA, a.dB, N*H)
 }

@@ -4,20 +4,26 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/gochat-ai/gochat/internal/atomicfile"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/gochat-ai/gochat/internal/atomicfile"
+	"github.com/gochat-ai/gochat/kernels"
 )
 
 // Config is a decoder's architecture, read from a Hugging Face config.json.
-// Field names follow OPTConfig; defaults are OPTConfig's.
+// Field names follow OPTConfig, defaults are OPTConfig's; a LLaMA-family
+// config (model_type llama, mistral, qwen2, qwen3) fills the fields its
+// architecture has (intermediate_size is FFNDim, hidden_act Activation;
+// WordEmbedProjDim is H) with its own class's defaults, and the LLaMA fields
+// below.
 type Config struct {
-	ModelType                  string  // "opt"
+	ModelType                  string  // "opt", "llama", "mistral", "qwen2" or "qwen3"
 	VocabSize                  int     // V (50272 for OPT)
 	HiddenSize                 int     // H
-	FFNDim                     int     // F
+	FFNDim                     int     // F (LLaMA: intermediate_size)
 	NumLayers                  int     // L
 	NumHeads                   int     // NH
 	MaxPositions               int     // max_position_embeddings (the table has MaxPositions+2 rows)
@@ -35,13 +41,60 @@ type Config struct {
 	TieWordEmbeddings          bool
 	TorchDtype                 string // informational: dtype of the original weights
 
+	// The LLaMA family; zero for OPT.
+	NumKVHeads  int                 // NKV: num_key_value_heads (NH when absent)
+	HeadDim     int                 // HS: head_dim (H/NH when absent)
+	RMSNormEps  float64             // rms_norm_eps
+	RopeTheta   float64             // rope_theta
+	RopeScaling kernels.RoPEScaling // rope_scaling (Type "" when absent)
+	QKVBias     bool                // q_proj, k_proj and v_proj have biases (attention_bias; always for qwen2)
+	OutBias     bool                // o_proj has a bias (attention_bias, but for qwen2)
+	MLPBias     bool                // gate_proj, up_proj and down_proj have biases (llama's mlp_bias)
+	QKNorm      bool                // q_norm and k_norm on each head before RoPE (qwen3)
+	// EOSTokenIDs are every id that ends a sequence when eos_token_id is a
+	// list (Llama-3 instruct models); EOSTokenID is the first. nil when it
+	// is one id.
+	EOSTokenIDs []int
+	// noPad, noBOS: the file had no pad_token_id / bos_token_id (null or
+	// absent). PadTokenID is then the first EOS id (what transformers users
+	// set), or 0 without one; BOSTokenID is -1.
+	noPad, noBOS bool
+
 	// raw keeps every field of the file, so Save writes back what it did not
 	// understand (architectures, transformers_version, ...).
 	raw map[string]json.RawMessage
 }
 
-// Head size HS.
-func (c *Config) HeadSize() int { return c.HiddenSize / c.NumHeads }
+// HeadSize is HS: head_dim when set (LLaMA family), else H/NH.
+func (c *Config) HeadSize() int {
+	if c.HeadDim > 0 {
+		return c.HeadDim
+	}
+	return c.HiddenSize / c.NumHeads
+}
+
+// KVHeads is NKV, the number of key and value heads: num_key_value_heads
+// (LLaMA family), else NH.
+func (c *Config) KVHeads() int {
+	if c.NumKVHeads > 0 {
+		return c.NumKVHeads
+	}
+	return c.NumHeads
+}
+
+// IsEOS reports whether tok ends a sequence: eos_token_id or one of the ids
+// of its list.
+func (c *Config) IsEOS(tok int32) bool {
+	if int(tok) == c.EOSTokenID {
+		return true
+	}
+	for _, e := range c.EOSTokenIDs {
+		if int(tok) == e {
+			return true
+		}
+	}
+	return false
+}
 
 // HasFinalLayerNorm reports whether the decoder ends in a LayerNorm.
 func (c *Config) HasFinalLayerNorm() bool { return c.DoLayerNormBefore && !c.RemoveFinalLayerNorm }
@@ -120,8 +173,11 @@ func ParseConfig(b []byte) (*Config, error) {
 		if err := decodeField(v, &c.ModelType); err != nil {
 			return nil, fmt.Errorf("field \"model_type\": %w", err)
 		}
-		if c.ModelType != "opt" {
-			return nil, fmt.Errorf("field \"model_type\": unknown model_type %q (supported: opt)", c.ModelType)
+		switch {
+		case c.IsLlamaFamily():
+			return parseLlamaConfig(raw, c.ModelType)
+		case c.ModelType != "opt":
+			return nil, unsupportedType(c.ModelType)
 		}
 	}
 	for _, f := range c.fields() {
@@ -178,6 +234,9 @@ func decodeField(v json.RawMessage, dst any) error {
 
 // Validate checks the sizes and options for consistency.
 func (c *Config) Validate() error {
+	if c.IsLlamaFamily() {
+		return c.validateLlama()
+	}
 	pos := []struct {
 		key string
 		v   int
@@ -234,6 +293,10 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	for k, v := range c.raw {
 		out[k] = v
 	}
+	if c.IsLlamaFamily() {
+		c.llamaJSON(out)
+		return marshalSorted(out)
+	}
 	cc := *c
 	for _, f := range cc.fields() {
 		switch d := f.dst.(type) {
@@ -250,6 +313,11 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	if _, ok := out["architectures"]; !ok {
 		out["architectures"] = []string{"OPTForCausalLM"}
 	}
+	return marshalSorted(out)
+}
+
+// marshalSorted writes out as JSON with one key per line, sorted.
+func marshalSorted(out map[string]any) ([]byte, error) {
 	keys := make([]string, 0, len(out))
 	for k := range out {
 		keys = append(keys, k)

@@ -161,12 +161,18 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"model_type":"opt","hidden_size":1e300}`))
 	f.Add([]byte(`{}`))
+	for _, name := range llamaCases {
+		b, _ := os.ReadFile(filepath.Join("testdata", "llama", name, "config.json"))
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseConfig(data)
 		if err != nil {
 			return
 		}
-		if cfg.Validate() != nil || cfg.HiddenSize%cfg.NumHeads != 0 {
+		// (The LLaMA family's head_dim need not divide hidden_size.)
+		if cfg.Validate() != nil || (!cfg.IsLlamaFamily() && cfg.HiddenSize%cfg.NumHeads != 0) ||
+			cfg.NumHeads%cfg.KVHeads() != 0 || cfg.HeadSize() <= 0 {
 			t.Fatalf("accepted an invalid config: %+v", cfg)
 		}
 	})

@@ -14,17 +14,21 @@ type Cache struct {
 	// Len is the number of positions filled so far.
 	Len int
 
-	k, v      []kernels.Buffer // L × [B,Tmax,H]
-	mask      kernels.Buffer   // I32 [B,Tmax]
-	hostMask  []int32          // [B,Tmax]
-	realCount []int32          // [B] real tokens so far (for positions)
+	// k and v hold each layer's keys and values: OPT's [B,Tmax,H], the
+	// LLaMA family's [B,NKV,Tmax,HS] (sized by the KV heads).
+	k, v      []kernels.Buffer
+	mask      kernels.Buffer // I32 [B,Tmax]
+	hostMask  []int32        // [B,Tmax]
+	realCount []int32        // [B] real tokens so far (for positions)
 
+	// The scratch of one chunk (the family's layoutCache says which exist).
 	ids, pos         kernels.Buffer // I32 [B·chunk]
-	x, h, ln, tmp    kernels.Buffer // [B·chunk,H]
-	qkv              kernels.Buffer // [B·chunk,3H]
-	fch              kernels.Buffer // [B·chunk,F]
+	x, h, ln, tmp    kernels.Buffer // [B·chunk,H]; h is the attention output (LLaMA: [B·chunk,NH·HS])
+	qkv, qkvRaw      kernels.Buffer // [B·chunk,3H] (LLaMA: (NH+2·NKV)·HS; qkvRaw before Qwen3's q/k norm)
+	fch, act         kernels.Buffer // [B·chunk,F] (LLaMA: fch [B·chunk,2F] gate|up, act [B·chunk,F])
 	emb, y           kernels.Buffer // [B·chunk,P]
 	mean, rstd       kernels.Buffer // [B·chunk]
+	qRstd, kRstd     kernels.Buffer // [B·chunk,NH], [B·chunk,NKV] (Qwen3)
 	last, lastLogits kernels.Buffer // [B,P], [B,V]
 	logits           kernels.Buffer // [B·chunk,V], allocated on first AllLogits
 
@@ -77,24 +81,11 @@ func (m *Model) NewCache(b, tmax, maxChunk int) (*Cache, error) {
 	if maxChunk < 1 || maxChunk > tmax {
 		return nil, fmt.Errorf("model: chunk size %d must be in [1, %d]", maxChunk, tmax)
 	}
-	H, F, P, V := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize
-	n := b * maxChunk
 	kc := &Cache{B: b, Tmax: tmax, MaxChunk: maxChunk, dev: d}
 	var err error
-	f32 := func(k int) kernels.Buffer { return kc.alloc(kernels.F32, k, &err) }
-	for range c.NumLayers {
-		kc.k = append(kc.k, f32(b*tmax*H))
-		kc.v = append(kc.v, f32(b*tmax*H))
-	}
-	kc.mask = kc.alloc(kernels.I32, b*tmax, &err)
+	c.family().layoutCache(c, kc, func(dt kernels.DType, n int) kernels.Buffer { return kc.alloc(dt, n, &err) })
 	kc.hostMask = make([]int32, b*tmax)
 	kc.realCount = make([]int32, b)
-	kc.ids, kc.pos = kc.alloc(kernels.I32, n, &err), kc.alloc(kernels.I32, n, &err)
-	kc.x, kc.h, kc.ln, kc.tmp = f32(n*H), f32(n*H), f32(n*H), f32(n*H)
-	kc.qkv, kc.fch = f32(3*n*H), f32(n*F)
-	kc.emb, kc.y = f32(n*P), f32(n*P)
-	kc.mean, kc.rstd = f32(n), f32(n)
-	kc.last, kc.lastLogits = f32(b*P), f32(b*V)
 	if err != nil {
 		kc.Free()
 		return nil, fmt.Errorf("model: KV cache for %d rows of %d positions: %w", b, tmax, err)
@@ -139,7 +130,7 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 			return nil, fmt.Errorf("model: token id %d at position %d is outside the vocabulary [0, %d)", id, i, c.VocabSize)
 		}
 	}
-	N, H, P, V, t0 := B*tn, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize, kc.Len
+	N, P, V, t0 := B*tn, c.WordEmbedProjDim, c.VocabSize, kc.Len
 	if m.adapter != nil {
 		if err := m.adapter.Reserve(N); err != nil {
 			return nil, err
@@ -152,7 +143,7 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 			return nil, err
 		}
 	}
-	pos := Positions(mask, B, tn, kc.realCount)
+	pos := c.family().positions(mask, B, tn, kc.realCount)
 	for b := range B {
 		for j := range tn {
 			mj := int32(1)
@@ -167,34 +158,9 @@ func (m *Model) Decode(kc *Cache, ids, mask []int32, tn int, out DecodeOutput) (
 	d.WriteI32(kc.ids.Slice(0, N), ids)
 	d.WriteI32(kc.pos.Slice(0, N), pos)
 
-	sl := func(b kernels.Buffer, cols int) kernels.Buffer { return b.Slice(0, N*cols) }
-	emb, x, h, ln, tmp := sl(kc.emb, P), sl(kc.x, H), sl(kc.h, H), sl(kc.ln, H), sl(kc.tmp, H)
-	qkv, fch, y := sl(kc.qkv, 3*H), sl(kc.fch, c.FFNDim), sl(kc.y, P)
-	mean, rstd := sl(kc.mean, 1), sl(kc.rstd, 1)
-
-	d.EmbeddingForward(emb, kc.ids.Slice(0, N), p.EmbedToks, N, P)
-	embIn := emb
-	if c.HasProjections() {
-		d.MatmulForward(tmp, emb, p.ProjectIn, nil, N, P, H)
-		embIn = tmp
-	}
-	d.EmbeddingForward(ln, kc.pos.Slice(0, N), p.EmbedPos, N, H)
-	d.Add(x, embIn, ln, N*H)
-	for l := range c.NumLayers {
-		m.layerDecode(kc, l, x, h, ln, tmp, qkv, fch, mean, rstd, tn, t0)
-	}
+	y := c.family().decode(m, kc, tn, t0)
 	kc.Len += tn
 
-	fin := x
-	if c.HasFinalLayerNorm() {
-		d.LayerNormForward(ln, mean, rstd, x, p.FinalLNW, p.FinalLNB, N, H, lnEps)
-		fin = ln
-	}
-	if c.HasProjections() {
-		d.MatmulForward(y, fin, p.ProjectOut, nil, N, H, P)
-	} else {
-		y = fin
-	}
 	if out == AllLogits {
 		logits := all.Slice(0, N*V)
 		d.MatmulForward(logits, y, p.LMHead, nil, N, P, V)
@@ -220,36 +186,4 @@ func (kc *Cache) allLogits(v int) (kernels.Buffer, error) {
 		}
 	}
 	return kc.logits, nil
-}
-
-// layerDecode is layerForward for tn new positions against the KV cache,
-// without saving anything for a backward pass. x is the residual stream
-// [B·tn,H], updated in place.
-func (m *Model) layerDecode(kc *Cache, l int, x, h, ln, tmp, qkv, fch, mean, rstd kernels.Buffer, tn, t0 int) {
-	c, d, w := m.Config, m.Dev, &m.Params.Layers[l]
-	B, N, H, F := kc.B, kc.B*tn, c.HiddenSize, c.FFNDim
-	attnIn := x
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-		attnIn = ln
-	}
-	m.linearForward(l, SiteQKV, qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
-	d.AttentionDecode(h, qkv, kc.k[l], kc.v[l], kc.mask, B, tn, t0, kc.Tmax, c.NumHeads, c.HeadSize())
-	m.linearForward(l, SiteOut, tmp, h, w.OutW, w.OutB, N, H, H)
-	d.Add(x, x, tmp, N*H) // s1
-	ffnIn := ln
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln, mean, rstd, x, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-	} else {
-		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-	}
-	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
-	m.activationForward(fch, fch, N*F)
-	m.linearForward(l, SiteFC2, tmp, fch, w.FC2W, w.FC2B, N, F, H)
-	if c.DoLayerNormBefore {
-		d.Add(x, x, tmp, N*H)
-		return
-	}
-	d.Add(tmp, ln, tmp, N*H) // s2 = ln1 + fc2o
-	d.LayerNormForward(x, mean, rstd, tmp, w.FFNLNW, w.FFNLNB, N, H, lnEps)
 }

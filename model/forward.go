@@ -34,29 +34,6 @@ func ShiftLabels(labels []int32, b, t int) []int32 {
 	return out
 }
 
-// Positions computes OPT's position ids from an attention mask:
-// cumsum(mask)·mask − 1, plus the table offset of 2, so padding lands on
-// row 1. start[b] is the number of real tokens before this chunk (KV-cache
-// decoding); nil means none.
-func Positions(mask []int32, b, t int, start []int32) []int32 {
-	pos := make([]int32, b*t)
-	for i := 0; i < b; i++ {
-		var c int32
-		if start != nil {
-			c = start[i]
-		}
-		for j := 0; j < t; j++ {
-			m := int32(1)
-			if mask != nil {
-				m = mask[i*t+j]
-			}
-			c += m
-			pos[i*t+j] = c*m - 1 + 2
-		}
-	}
-	return pos
-}
-
 // upload checks a batch and copies it to the device. It checks everything
 // before it writes anything, so a rejected batch leaves a as it was.
 func (m *Model) upload(a *Acts, in Batch) error {
@@ -73,11 +50,10 @@ func (m *Model) upload(a *Acts, in Batch) error {
 	if in.Mask != nil && len(in.Mask) != n {
 		return fmt.Errorf("model: attention mask has %d entries, want %d", len(in.Mask), n)
 	}
-	pos := Positions(in.Mask, a.B, a.T, nil)
-	for i, p := range pos {
-		if int(p) >= m.Config.MaxPositions+2 {
-			return fmt.Errorf("model: position %d at index %d exceeds max_position_embeddings %d", p-2, i, m.Config.MaxPositions)
-		}
+	f := m.Config.family()
+	pos := f.positions(in.Mask, a.B, a.T, nil)
+	if err := f.checkPositions(m.Config, pos); err != nil {
+		return err
 	}
 	if in.Targets != nil {
 		if len(in.Targets) != n {
@@ -119,8 +95,8 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 	if err := m.upload(a, in); err != nil {
 		return err
 	}
-	c, d, p := m.Config, m.Dev, m.Params
-	N, H, P, V := a.B*a.T, c.HiddenSize, c.WordEmbedProjDim, c.VocabSize
+	c, d, p, f := m.Config, m.Dev, m.Params, m.Config.family()
+	N, P, V := a.B*a.T, c.WordEmbedProjDim, c.VocabSize
 	if m.adapter != nil {
 		if err := m.adapter.Reserve(N); err != nil {
 			return err
@@ -130,32 +106,19 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 		return err
 	}
 
-	// Embeddings: tokens (projected to H when P != H) plus positions.
-	d.EmbeddingForward(a.emb, a.ids, p.EmbedToks, N, P)
-	if c.HasProjections() {
-		d.MatmulForward(a.embIn, a.emb, p.ProjectIn, nil, N, P, H)
-	}
-	d.EmbeddingForward(a.posEmb, a.pos, p.EmbedPos, N, H)
-	d.Add(a.resid[0], a.embIn, a.posEmb, N*H)
-
+	f.embed(m, a)
 	for l := range c.NumLayers {
 		if err := m.acquire(l); err != nil {
 			return err
 		}
-		m.layerForward(a, l)
+		f.layerForward(m, a, l)
 		if err := m.release(l, false); err != nil {
 			return err
 		}
 	}
+	f.final(m, a)
 
-	// Head: final LayerNorm, project_out, lm_head, loss, value head.
-	x := a.resid[c.NumLayers]
-	if c.HasFinalLayerNorm() {
-		d.LayerNormForward(a.fin, a.finMean, a.finRstd, x, p.FinalLNW, p.FinalLNB, N, H, lnEps)
-	}
-	if c.HasProjections() {
-		d.MatmulForward(a.y, a.fin, p.ProjectOut, nil, N, H, P)
-	}
+	// Heads: lm_head, loss, value head.
 	a.logitsLive = false
 	if a.logits != nil {
 		d.MatmulForward(a.logits, a.y, p.LMHead, nil, N, P, V)
@@ -204,101 +167,6 @@ func dropoutSeed(seed uint64, layer, site int) uint64 {
 	x ^= x >> 31
 	x *= 0xBF58476D1CE4E5B9
 	return x ^ x>>29
-}
-
-// layerForward runs decoder layer l from a.resid[l] into a.resid[l+1].
-//
-// Pre-LN (do_layer_norm_before):
-//
-//	ln1 = LN1(r); qkv = ln1·Wqkvᵀ; atty = attn(qkv); attnOut = drop(atty·Woᵀ)
-//	s1 = r + attnOut; ln2 = LN2(s1); fch = act(ln2·W1ᵀ); fc2o = drop(fch·W2ᵀ)
-//	out = s1 + fc2o
-//
-// Post-LN (opt-350m): the LayerNorms follow the residual adds:
-//
-//	qkv = r·Wqkvᵀ; ...; s1 = r + attnOut; ln1 = LN1(s1)
-//	fch = act(ln1·W1ᵀ); fc2o = drop(fch·W2ᵀ); s2 = ln1 + fc2o; out = LN2(s2)
-func (m *Model) layerForward(a *Acts, l int) {
-	c, d, w, la := m.Config, m.Dev, &m.Params.Layers[l], a.layer(l)
-	B, T, N, H, F := a.B, a.T, a.B*a.T, c.HiddenSize, c.FFNDim
-	r, out := a.resid[l], a.resid[l+1]
-	mask := a.maskBuf()
-	dropout := func(buf, scale kernels.Buffer, site int) {
-		if scale != nil {
-			d.DropoutForward(buf, scale, buf, float32(c.Dropout), dropoutSeed(a.seed, l, site), N*H)
-		}
-	}
-
-	// Where this pass computes the tensors a bf16 store keeps rounded
-	// (Acts.store): its F32 working buffers, kept once used.
-	ln1, ln2, atty, fch, act := la.ln1, la.ln2, la.atty, la.fch, la.fchAct
-	if a.store {
-		ln1, ln2, atty, act = a.wsH, a.wsH, a.wsH, a.wsF
-		if c.Activation == "relu" {
-			fch = a.wsF
-		}
-	}
-	keep := func(dst, src kernels.Buffer) {
-		if a.store {
-			d.Copy(dst, src)
-		}
-	}
-
-	attnIn := r
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-		attnIn = ln1
-	}
-	m.linearForward(l, SiteQKV, la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
-	if c.DoLayerNormBefore {
-		keep(la.ln1, ln1)
-	}
-	d.AttentionForward(atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
-	m.linearForward(l, SiteOut, la.attnOut, atty, w.OutW, w.OutB, N, H, H)
-	keep(la.atty, atty)
-	dropout(la.attnOut, la.drop1, 0)
-	d.Add(la.s1, r, la.attnOut, N*H)
-
-	ffnIn := ln1
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln2, la.ln2Mean, la.ln2Rstd, la.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-		ffnIn = ln2
-	} else {
-		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-	}
-	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
-	if c.DoLayerNormBefore {
-		keep(la.ln2, ln2)
-	}
-	m.activationForward(act, fch, N*F)
-	m.linearForward(l, SiteFC2, la.fc2o, act, w.FC2W, w.FC2B, N, F, H)
-	keep(la.fchAct, act)
-	dropout(la.fc2o, la.drop2, 1)
-	if c.DoLayerNormBefore {
-		d.Add(out, la.s1, la.fc2o, N*H)
-	} else {
-		d.Add(la.s2, ln1, la.fc2o, N*H)
-		keep(la.ln1, ln1)
-		d.LayerNormForward(out, la.ln2Mean, la.ln2Rstd, la.s2, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-	}
-}
-
-func (m *Model) activationForward(out, inp kernels.Buffer, n int) {
-	if m.Config.Activation == "relu" {
-		m.Dev.ReLUForward(out, inp, n)
-	} else {
-		m.Dev.GELUForward(out, inp, n)
-	}
-}
-
-// activationBackward is activationForward's backward, given its output
-// act (ReLU's mask) and its input pre (GELU's).
-func (m *Model) activationBackward(dinp, dout, act, pre kernels.Buffer, n int) {
-	if m.Config.Activation == "relu" {
-		m.Dev.ReLUBackward(dinp, dout, act, n)
-	} else {
-		m.Dev.GELUBackward(dinp, dout, pre, n)
-	}
 }
 
 // Logits copies the logits [B,T,V] of the last Forward to the host.

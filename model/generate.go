@@ -152,7 +152,8 @@ type Generation struct {
 }
 
 // Generate continues each prompt by up to maxNew tokens with the KV cache.
-// Prompts are left-padded to a common length; a row stops at EOS.
+// Prompts are left-padded to a common length; a row stops at EOS (any of
+// Config.EOSTokenIDs).
 func (m *Model) Generate(prompts [][]int32, maxNew int, s *Sampler) ([]Generation, error) {
 	return m.GenerateStream(prompts, maxNew, s, nil)
 }
@@ -214,7 +215,7 @@ func (m *Model) GenerateStream(prompts [][]int32, maxNew int, s *Sampler, onToke
 			out[b].Tokens = append(out[b].Tokens, tok)
 			out[b].LogProbs = append(out[b].LogProbs, lp)
 			stop := onToken != nil && !onToken(b, tok)
-			if int(tok) == m.Config.EOSTokenID || stop {
+			if m.Config.IsEOS(tok) || stop {
 				done[b] = true
 			} else {
 				live = true

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +20,26 @@ import (
 // layouts gochat reads: OPTForCausalLM, OPTModel, and DeepSpeed-Chat's
 // reward/critic model.
 var decoderPrefixes = []string{"model.decoder.", "decoder.", "rwtransformer.decoder."}
+
+// llamaPrefixes are the LLaMA family's: XForCausalLM and
+// XForSequenceClassification ("model."), DeepSpeed-Chat's reward/critic
+// model ("rwtransformer.", over XModel), and XModel itself (no prefix).
+var llamaPrefixes = []string{"model.", "rwtransformer."}
+
+// scoreName is the value head's name in transformers'
+// XForSequenceClassification checkpoints (num_labels 1), which the LLaMA
+// family saves and reads; DeepSpeed-Chat's v_head.weight is read too.
+const scoreName = "score.weight"
+
+// hasValueHead reports whether a checkpoint holds a value head.
+func hasValueHead(ck *tensor.Checkpoint) bool {
+	for _, n := range []string{"v_head.weight", scoreName} {
+		if _, ok := ck.Info(n); ok {
+			return true
+		}
+	}
+	return false
+}
 
 // LoadOptions configure Load.
 type LoadOptions struct {
@@ -52,7 +74,7 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	defer ck.Close()
-	_, hasVHead := ck.Info("v_head.weight")
+	hasVHead := hasValueHead(ck)
 	vh := false
 	switch opts.ValueHead {
 	case "", "auto":
@@ -84,7 +106,8 @@ func Load(dev kernels.Device, dir string, opts LoadOptions) (*Model, error) {
 }
 
 // SavedValueHead reports whether the model directory dir holds a value
-// head (v_head.weight), that is whether Load with ValueHead "yes" would
+// head (v_head.weight, or score.weight as transformers'
+// XForSequenceClassification saves it), that is whether Load with ValueHead "yes" would
 // load a trained one rather than initialise a fresh one. It reads only the
 // checkpoint's index, not the weights.
 func SavedValueHead(dir string) (bool, error) {
@@ -93,8 +116,7 @@ func SavedValueHead(dir string) (bool, error) {
 		return false, err
 	}
 	defer ck.Close()
-	_, ok := ck.Info("v_head.weight")
-	return ok, nil
+	return hasValueHead(ck), nil
 }
 
 // vheadStream is the second word of the PCG state that InitValueHead seeds
@@ -122,7 +144,7 @@ func (m *Model) InitValueHead(seed uint64) {
 	m.Dev.WriteF32(m.Params.VHead, h)
 }
 
-// fileName maps a checkpoint tensor name to the model's short name, or ""
+// shortName maps a checkpoint tensor name to the model's short name, or ""
 // for names the model ignores.
 func (m *Model) shortName(name string) string {
 	if strings.HasSuffix(name, ".version") {
@@ -131,7 +153,17 @@ func (m *Model) shortName(name string) string {
 	if name == "lm_head.weight" || name == "v_head.weight" {
 		return name
 	}
-	for _, p := range decoderPrefixes {
+	prefixes := decoderPrefixes
+	if m.Config.IsLlamaFamily() {
+		if name == scoreName {
+			return "v_head.weight"
+		}
+		if strings.HasSuffix(name, "rotary_emb.inv_freq") {
+			return "" // a non-persistent buffer some old conversions kept
+		}
+		prefixes = llamaPrefixes
+	}
+	for _, p := range prefixes {
 		if s, ok := strings.CutPrefix(name, p); ok {
 			return s
 		}
@@ -171,11 +203,21 @@ func (m *Model) LoadWeights(ck *tensor.Checkpoint, allowMissingVHead bool) error
 		}
 	}
 	if len(unknown) > 0 {
-		return fmt.Errorf("%d tensors are not part of this OPT model (%s); is config.json the right one?", len(unknown), listSome(unknown))
+		kind := "OPT"
+		if m.Config.IsLlamaFamily() {
+			kind = m.Config.ModelType
+		}
+		return fmt.Errorf("%d tensors are not part of this %s model (%s); is config.json the right one?", len(unknown), kind, listSome(unknown))
 	}
+	// An XForSequenceClassification checkpoint (a reward model as TRL and
+	// OpenRLHF publish them) has score.weight and no lm_head: an untied
+	// lm_head is then left as it is (zero from New), unused by a model that
+	// only scores.
+	_, hasScore := found["v_head.weight"]
 	var missing []string
 	for _, s := range m.specs {
-		if _, ok := found[s.name]; !ok && !(s.name == "v_head.weight" && allowMissingVHead) {
+		if _, ok := found[s.name]; !ok && !(s.name == "v_head.weight" && allowMissingVHead) &&
+			!(s.name == "lm_head.weight" && hasScore && m.Config.IsLlamaFamily()) {
 			missing = append(missing, s.name)
 		}
 	}
@@ -207,8 +249,9 @@ func listSome(names []string) string {
 
 // SaveOptions configure Save.
 type SaveOptions struct {
-	// Prefix is put before decoder weight names: "model.decoder." (the
-	// default, what OPTForCausalLM.from_pretrained reads) or
+	// Prefix is put before decoder weight names: by default the family's
+	// (Config.HFPrefix: "model.decoder." for OPT, "model." for the LLaMA
+	// family, what XForCausalLM.from_pretrained reads), or e.g.
 	// "rwtransformer.decoder." (DeepSpeed-Chat's reward model).
 	Prefix string
 	// DType of the written tensors: tensor.F32, F16 or BF16; the default
@@ -218,12 +261,16 @@ type SaveOptions struct {
 
 // Save writes the model as a Hugging Face directory: config.json and
 // model.safetensors (written to temporary names and renamed). The tied
-// lm_head is not written, as transformers does; v_head.weight is written at
-// the top level when the model has a value head.
+// lm_head is not written, as transformers does. An OPT value head is
+// written at the top level as v_head.weight; a LLaMA-family one as
+// score.weight [1,H] with architectures XForSequenceClassification and
+// num_labels 1 in config.json, so that transformers'
+// AutoModelForSequenceClassification loads it as a reward model.
 func (m *Model) Save(dir string, opts SaveOptions) error {
 	if opts.Prefix == "" {
-		opts.Prefix = "model.decoder."
+		opts.Prefix = m.Config.HFPrefix()
 	}
+	llama := m.Config.IsLlamaFamily()
 	if opts.DType == "" {
 		opts.DType = tensor.F32
 		if m.DType() == kernels.BF16 {
@@ -236,7 +283,10 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	ts := make([]tensor.WriteTensor, 0, len(m.specs))
 	for _, s := range m.specs {
 		name := s.name
-		if name != "lm_head.weight" && name != "v_head.weight" {
+		switch {
+		case name == "v_head.weight" && llama:
+			name = scoreName
+		case name != "lm_head.weight" && name != "v_head.weight":
 			name = opts.Prefix + name
 		}
 		view := m.Params.Flat.Slice(s.offset, s.size())
@@ -248,5 +298,19 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	}
 	cfg := *m.Config
 	cfg.TorchDtype = map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[opts.DType]
+	if llama {
+		cfg.raw = maps.Clone(cfg.raw)
+		if cfg.raw == nil {
+			cfg.raw = map[string]json.RawMessage{}
+		}
+		arch := llamaArchitectures[cfg.ModelType] + "ForCausalLM"
+		if m.HasValueHead() {
+			arch = llamaArchitectures[cfg.ModelType] + "ForSequenceClassification"
+			cfg.raw["num_labels"] = json.RawMessage(`1`)
+			cfg.raw["id2label"] = json.RawMessage(`{"0": "LABEL_0"}`)
+			cfg.raw["label2id"] = json.RawMessage(`{"LABEL_0": 0}`)
+		}
+		cfg.raw["architectures"] = json.RawMessage(`["` + arch + `"]`)
+	}
 	return cfg.Save(dir)
 }

@@ -20,7 +20,7 @@ func ParamCount(c *Config, valueHead bool) int {
 }
 
 // LargestParam is the element count of the model's largest tensor (the
-// token embedding for OPT): the size of the host buffer LoadWeights reads
+// token embedding, as a rule): the size of the host buffer LoadWeights reads
 // every tensor through.
 func LargestParam(c *Config, valueHead bool) int {
 	most := 0
@@ -48,13 +48,13 @@ func ActsBytes(c *Config, valueHead bool, b, t int, opts ActsOptions, w WeightsI
 // buffer that the first AllLogits decode adds is not included; generation
 // asks for LastLogits only).
 func CacheBytes(c *Config, b, tmax, maxChunk int) int {
-	H, F, P, V, L := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumLayers
-	n := b * maxChunk
-	f32 := 2*L*b*tmax*H + // K and V
-		4*n*H + 3*n*H + n*F + 2*n*P + 2*n + // x, h, ln, tmp; qkv; fch; emb, y; mean, rstd
-		b*P + b*V // last, lastLogits
-	i32 := b*tmax + 2*n // mask; ids, pos
-	return f32*kernels.F32.Size() + i32*kernels.I32.Size()
+	kc := &Cache{B: b, Tmax: tmax, MaxChunk: maxChunk}
+	n := 0
+	c.family().layoutCache(c, kc, func(dt kernels.DType, k int) kernels.Buffer {
+		n += k * dt.Size()
+		return nil
+	})
+	return n
 }
 
 // ActsShape is one set of activation buffers: NewActs(B, T, Opts). Stages

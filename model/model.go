@@ -1,6 +1,8 @@
-// Package model holds gochat's transformer decoders: OPT today. A Model is a
-// Config plus a flat parameter buffer with named views (Params) on a
-// kernels.Device. Forward and Backward are straight lists of kernel calls in
+// Package model holds gochat's transformer decoders: OPT and the LLaMA
+// family (Llama, Mistral, Qwen2, Qwen3), chosen by config.json's model_type.
+// A Model is a Config plus a flat parameter buffer with named views (Params)
+// on a kernels.Device; every family has the same API, and each lives in its
+// own file (opt.go, llama.go) that reads top to bottom as its architecture. Forward and Backward are straight lists of kernel calls in
 // the style of llm.c: the forward reads top to bottom as the architecture, the
 // backward is the same list reversed. Activations live in explicit buffers
 // (Acts) so their memory is visible and reusable; decoding for generation uses
@@ -18,9 +20,6 @@ import (
 // IgnoreIndex marks a target position that contributes no loss.
 const IgnoreIndex = -100
 
-// lnEps is OPT's LayerNorm epsilon.
-const lnEps = 1e-5
-
 // Options choose optional parts of a Model.
 type Options struct {
 	// ValueHead adds v_head ([1,P], no bias): one scalar per position, read
@@ -35,8 +34,8 @@ type Options struct {
 	DType kernels.DType
 }
 
-// Model is an OPT decoder (OPTForCausalLM, optionally with a value head) on a
-// device.
+// Model is a decoder (OPTForCausalLM, LlamaForCausalLM, ..., optionally
+// with a value head) on a device.
 type Model struct {
 	Config *Config
 	Dev    kernels.Device
@@ -59,6 +58,7 @@ type Model struct {
 	opts    Options
 	specs   []paramSpec
 	adapter Adapter
+	rope    *ropeTables // the LLaMA family's rotary tables; shared with WithParams views
 }
 
 // ParamHook lets a caller keep weights in memory only while a pass reads
@@ -120,7 +120,14 @@ func New(dev kernels.Device, cfg *Config, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %d parameters in %v: %w", n, opts.DType, err)
 	}
-	return &Model{Config: cfg, Dev: dev, Params: newParams(cfg, specs, flat), opts: opts, specs: specs}, nil
+	m := &Model{Config: cfg, Dev: dev, Params: newParams(cfg, specs, flat), opts: opts, specs: specs}
+	if cfg.IsLlamaFamily() {
+		if m.rope, err = newRopeTables(dev, cfg); err != nil {
+			dev.Free(flat)
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // DType is the element type of the parameters (F32 or BF16).
@@ -131,6 +138,8 @@ func (m *Model) DType() kernels.DType { return m.opts.DType }
 func (m *Model) Free() {
 	m.Dev.Free(m.Params.Flat)
 	m.freeGrads()
+	m.rope.free(m.Dev)
+	m.rope = nil
 }
 
 func (m *Model) freeGrads() {
@@ -210,8 +219,8 @@ func (m *Model) ZeroGrads() {
 }
 
 // ParamNames lists the parameters' short names (Hugging Face names without
-// the "model.decoder." prefix; "lm_head.weight" and "v_head.weight" as is)
-// in buffer order.
+// the decoder prefix, "model.decoder." for OPT and "model." for the LLaMA
+// family; "lm_head.weight" and "v_head.weight" as is) in buffer order.
 func (m *Model) ParamNames() []string {
 	names := make([]string, len(m.specs))
 	for i, s := range m.specs {

@@ -25,5 +25,6 @@ func (m *Model) WithParams(flat kernels.Buffer) *Model {
 		Params: newParams(m.Config, m.specs, flat),
 		opts:   opts,
 		specs:  m.specs,
+		rope:   m.rope,
 	}
 }

@@ -134,7 +134,7 @@ func (e *Engine) Generate(p Prompts) (*Rollout, error) {
 		}
 	}
 
-	pad, eos, V := int32(c.PadTokenID), int32(c.EOSTokenID), c.VocabSize
+	pad, V := int32(c.PadTokenID), c.VocabSize
 	answers, lps := make([]int32, B*Ta), make([]float32, B*Ta)
 	lens, done := make([]int, B), make([]bool, B)
 	next, nextMask := make([]int32, B), make([]int32, B)
@@ -155,7 +155,7 @@ func (e *Engine) Generate(p Prompts) (*Rollout, error) {
 			answers[b*Ta+steps], lps[b*Ta+steps] = tok, lp
 			lens[b]++
 			next[b], nextMask[b] = tok, 1
-			if tok == eos && !e.opts.IgnoreEOS {
+			if c.IsEOS(tok) && !e.opts.IgnoreEOS { // any of eos_token_id's ids (Llama-3 lists several)
 				done[b] = true
 			} else {
 				live = true

@@ -28,10 +28,15 @@ type Config struct {
 	// ModuleName selects linear layers whose Hugging Face module name
 	// (e.g. "model.decoder.layers.3.self_attn.q_proj" for OPT,
 	// "model.layers.3.mlp.gate_proj" for the LLaMA family) contains it
-	// (--lora-module-name; default "decoder.layers.", DeepSpeed-Chat's,
-	// which matches OPT's names only: LLaMA-family models take "layers.").
+	// (--lora-module-name). "" selects every linear layer of the decoder
+	// layers ("layers."): for OPT the layers DeepSpeed-Chat's default
+	// "decoder.layers." selects, for the LLaMA family those its llama
+	// scripts select with "layers.".
 	ModuleName string
 }
+
+// DefaultModules is the pattern an empty Config.ModuleName stands for.
+const DefaultModules = "layers."
 
 // part is the adapter of one Hugging Face linear layer. Within its site's
 // output it owns columns [col, col+out).
@@ -73,7 +78,7 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 		cfg.Scaling = 1
 	}
 	if cfg.ModuleName == "" {
-		cfg.ModuleName = "decoder.layers."
+		cfg.ModuleName = DefaultModules
 	}
 	c, d, r := m.Config, m.Dev, cfg.Dim
 	lo := &LoRA{cfg: cfg, dev: d, scale: float32(cfg.Scaling / float64(r)), baseRange: map[string][2]int{}}
@@ -166,7 +171,7 @@ func Size(c *model.Config, cfg Config) (params, layers int, err error) {
 		return 0, 0, fmt.Errorf("lora: dimension must be > 0, got %d", cfg.Dim)
 	}
 	if cfg.ModuleName == "" {
-		cfg.ModuleName = "decoder.layers."
+		cfg.ModuleName = DefaultModules
 	}
 	selectLayers(c, cfg, func(_ int, _ model.Site, _ int, _ string, in, out int) {
 		params += (in + out) * cfg.Dim
@@ -193,7 +198,7 @@ func FuseBytes(c *model.Config, cfg Config, dt kernels.DType) int {
 		return 0
 	}
 	if cfg.ModuleName == "" {
-		cfg.ModuleName = "decoder.layers."
+		cfg.ModuleName = DefaultModules
 	}
 	most := 0
 	selectLayers(c, cfg, func(_ int, _ model.Site, _ int, _ string, in, out int) { most = max(most, in*out) })

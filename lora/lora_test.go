@@ -117,9 +117,15 @@ func TestLlamaSelection(t *testing.T) {
 			t.Errorf("%q adapts %v, want %d layers", c.pattern, lo.Adapted(), c.want)
 		}
 	}
-	_, err := New(m, Config{Dim: 4}, 1)
-	if err == nil || !strings.Contains(err.Error(), "model.layers.0.self_attn.q_proj") || !strings.Contains(err.Error(), "model.layers.0.mlp.down_proj") {
+	// The default selects every linear layer of the decoder layers, as
+	// "layers." does; OPT's "decoder.layers." names no LLaMA module, and
+	// the error shows the names there are.
+	if lo, err := New(m, Config{Dim: 4}, 1); err != nil || len(lo.Adapted()) != 14 {
 		t.Errorf("default pattern on a LLaMA-family model: %v", err)
+	}
+	_, err := New(m, Config{Dim: 4, ModuleName: "decoder.layers."}, 1)
+	if err == nil || !strings.Contains(err.Error(), "model.layers.0.self_attn.q_proj") || !strings.Contains(err.Error(), "model.layers.0.mlp.down_proj") {
+		t.Errorf("OPT's pattern on a LLaMA-family model: %v", err)
 	}
 }
 

@@ -148,7 +148,7 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 		return nil, err
 	}
 	st := newStage(cfg, d, tr, g, func(p hybridengine.Prompts) (*Batch, error) { return tr.generate(p, false) })
-	st.eos = int32(actor.Config.EOSTokenID)
+	st.isEOS = actor.Config.IsEOS
 	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).
 		Int("rounds", tcfg.TotalSteps()).Int("ppo_iterations", cfg.Iterations).Msg("step 3")
 	start := time.Now()
@@ -231,7 +231,7 @@ type stage struct {
 	col      data.Collator
 	unsupCol data.Collator
 	timing   Timing
-	eos      int32 // the actor's end-of-sequence id
+	isEOS    func(int32) bool // the actor's end-of-sequence ids
 	round    roundState
 	g        group
 	streams  int // over all ranks
@@ -306,7 +306,7 @@ func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, er
 	if s.d.Check != nil {
 		for _, r := range bt.Kept {
 			ans := bt.Rollout.Answer(r)
-			if n := len(ans); n > 0 && ans[n-1] == s.eos {
+			if n := len(ans); n > 0 && s.isEOS(ans[n-1]) {
 				ans = ans[:n-1]
 			}
 			if right, ok := s.d.Check(exs[r].IDs, ans); ok {

@@ -194,7 +194,7 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of the data, sampling and dropout")
 	f.IntVar(&o.ActorLoRADim, "actor-lora-dim", 0, "actor LoRA rank (0: none)")
 	f.IntVar(&o.CriticLoRADim, "critic-lora-dim", 0, "critic LoRA rank (0: none)")
-	f.StringVar(&o.LoRAModule, "lora-module-name", "decoder.layers.", "LoRA applies to linear layers whose name contains this")
+	f.StringVar(&o.LoRAModule, "lora-module-name", "", "LoRA applies to linear layers whose name contains this (default: every linear layer of the decoder layers)")
 	f.BoolVar(&o.OnlyLoRA, "only-optimize-lora", false, "train only the LoRA weights")
 	f.Float64Var(&o.ActorLoRALR, "actor-lora-learning-rate", 5e-4, "actor LoRA learning rate")
 	f.Float64Var(&o.CriticLoRALR, "critic-lora-learning-rate", 5e-4, "critic LoRA learning rate")

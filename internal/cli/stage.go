@@ -155,7 +155,7 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.BoolVar(&o.GradCkpt, "gradient-checkpointing", false, "recompute each layer in the backward pass (less memory)")
 	f.Float64Var(&o.Dropout, "dropout", -1, "dropout probability (-1: the model config's)")
 	f.IntVar(&o.LoRADim, "lora-dim", 0, "LoRA rank (0: no LoRA)")
-	f.StringVar(&o.LoRAModule, "lora-module-name", "decoder.layers.", "LoRA applies to linear layers whose name contains this")
+	f.StringVar(&o.LoRAModule, "lora-module-name", "", "LoRA applies to linear layers whose name contains this (default: every linear layer of the decoder layers)")
 	f.BoolVar(&o.OnlyLoRA, "only-optimize-lora", false, "train only the LoRA weights (and the value head)")
 	f.Float64Var(&o.LoRALR, "lora-learning-rate", 5e-4, "learning rate of the LoRA weights")
 	f.Float64Var(&o.MaxGradNorm, "max-grad-norm", 1.0, "global gradient-norm clipping (0: off)")

@@ -260,3 +260,25 @@ const VocabSize = 260
 const ModelConfig = `{"model_type": "opt", "vocab_size": 260, "hidden_size": 128, "ffn_dim": 512,
  "num_hidden_layers": 3, "num_attention_heads": 4, "max_position_embeddings": 64,
  "do_layer_norm_before": true, "dropout": 0.0, "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}`
+
+// LlamaModelConfig is the demo's model in the LLaMA family's shape, with
+// about OPT's parameters: RMSNorm, rotary positions, grouped-query
+// attention (4 query heads sharing 2 key/value heads), a SwiGLU MLP of
+// 2/3 of OPT's width (the same weights per layer), tied embeddings.
+const LlamaModelConfig = `{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 260,
+ "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 3, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+ "hidden_act": "silu", "tie_word_embeddings": true, "attention_bias": false, "mlp_bias": false,
+ "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}`
+
+// ModelConfigFor returns the demo model's config.json for an
+// architecture: "" or "opt" (ModelConfig), "llama" (LlamaModelConfig).
+func ModelConfigFor(arch string) (string, error) {
+	switch arch {
+	case "", "opt":
+		return ModelConfig, nil
+	case "llama":
+		return LlamaModelConfig, nil
+	}
+	return "", fmt.Errorf("the demo has no %q architecture (want opt or llama)", arch)
+}

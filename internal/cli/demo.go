@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"os"
@@ -20,7 +22,9 @@ import (
 // demoGenerator is the demo recipe's generator: the synthetic task of
 // package demo, a byte-level tokenizer and a randomly initialised model.
 type demoGenerator struct {
-	task *demo.Task
+	task   *demo.Task
+	arch   string // --arch ("" = opt)
+	config string // the models' config.json (demo.ModelConfigFor)
 }
 
 // Prepare writes the demo's data, tokenizer and from-scratch model into
@@ -39,7 +43,10 @@ func (d *demoGenerator) Prepare(g *Globals, dir string, seed uint64) error {
 	if err := demo.WriteTokenizer(base); err != nil {
 		return err
 	}
-	cfg, err := model.ParseConfig([]byte(demo.ModelConfig))
+	if err := d.claimArch(dir); err != nil {
+		return err
+	}
+	cfg, err := model.ParseConfig([]byte(d.config))
 	if err != nil {
 		return err
 	}
@@ -67,7 +74,31 @@ func (d *demoGenerator) Check(prompt, answer string) (right, ok bool) {
 
 // Config is the demo model's architecture.
 func (d *demoGenerator) Config() (*model.Config, error) {
-	return model.ParseConfig([]byte(demo.ModelConfig))
+	return model.ParseConfig([]byte(d.config))
+}
+
+// demoArchFile records in the demo's folder the architecture its models
+// were made with.
+const demoArchFile = "arch"
+
+// claimArch records the architecture in dir, or refuses a folder made
+// with another one: the steps finished on those models would be skipped.
+func (d *demoGenerator) claimArch(dir string) error {
+	arch := cmp.Or(d.arch, "opt")
+	path := filepath.Join(dir, demoArchFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && strings.TrimSpace(string(b)) != arch:
+		return usageErrorf("%s holds a demo made with --arch %s, not %s: use another --output-dir", filepath.Dir(dir), strings.TrimSpace(string(b)), arch)
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, []byte(arch+"\n"))
 }
 
 // Report writes report.json and report.html.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gochat-ai/gochat/demo"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/recipes"
 )
@@ -27,6 +28,9 @@ type TrainOptions struct {
 	Seed          uint64
 	DType         string
 	SkipPreflight bool
+	// Arch is the architecture of the models a recipe's generator writes
+	// (the demo's: opt or llama).
+	Arch string
 	// Revision and DataRevision are passed to every step.
 	Revision, DataRevision string
 	recipe                 *recipes.Recipe
@@ -111,6 +115,7 @@ with the changes that would, unless --skip-preflight.`,
 	f.IntSliceVar(&o.Steps, "step", []int{1, 2, 3}, "steps to run")
 	f.BoolVar(&o.Force, "force", false, "rerun steps whose output is complete")
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of every step")
+	f.StringVar(&o.Arch, "arch", "", "with a generator recipe (demo): the architecture of its from-scratch models, opt or llama (default opt)")
 	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp+" (passed to every step)")
 	bindDType(f, &o.DType)
 	return cmd
@@ -172,10 +177,13 @@ func (o *TrainOptions) setup() error {
 	}
 	o.ready = true
 	vars := map[string]string{"output": o.outDir()}
+	if o.Arch != "" && (o.recipe == nil || o.recipe.Generator == "") {
+		return usageErrorf("--arch chooses the architecture of a generator recipe's models (--recipe demo); with --actor and --reward the models are given")
+	}
 	if o.recipe != nil && o.recipe.Generator != "" {
 		var err error
 		name := o.recipe.Generator
-		if o.gen, err = newGenerator(name); err != nil {
+		if o.gen, err = newGenerator(name, o.Arch); err != nil {
 			return usageErrorf("recipe %s: %v", o.recipe.Source, err)
 		}
 		o.genDir = filepath.Join(o.outDir(), name)
@@ -373,10 +381,14 @@ type generator interface {
 }
 
 // newGenerator returns the named generator.
-func newGenerator(name string) (generator, error) {
+func newGenerator(name, arch string) (generator, error) {
 	switch name {
 	case "demo":
-		return &demoGenerator{}, nil
+		cfg, err := demo.ModelConfigFor(arch)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--arch: %w", err)}
+		}
+		return &demoGenerator{arch: arch, config: cfg}, nil
 	}
 	return nil, fmt.Errorf("unknown generator %q (want demo)", name)
 }

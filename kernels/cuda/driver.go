@@ -54,12 +54,12 @@ type kernelArg struct {
 
 // cudaDataType_t and cublasComputeType_t values.
 const (
-	cudaR32F          = 0
-	cudaR16BF         = 14
-	cublasCompute32F  = 68
-	gemmAlgoDefault   = 0xffffffff // CUBLAS_GEMM_DEFAULT (-1) as the 32-bit enum
-	cublasOpN         = 0
-	cublasOpT         = 1
+	cudaR32F         = 0
+	cudaR16BF        = 14
+	cublasCompute32F = 68
+	gemmAlgoDefault  = 0xffffffff // CUBLAS_GEMM_DEFAULT (-1) as the 32-bit enum
+	cublasOpN        = 0
+	cublasOpT        = 1
 )
 
 // gemmCall is one cublasGemmEx, already in cuBLAS's column-major terms.

@@ -30,18 +30,18 @@ extern "C" __global__ void k_relu_bwd(float* dinp, const float* dout, const floa
 	FOR_N(i, n) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-// The exact (erf) GELU in double, rounded once, as the CPU backend.
+// The exact (erf) GELU in double, rounded once, in the CPU backend's order.
 extern "C" __global__ void k_gelu_fwd(float* out, const float* inp, i64 n) {
 	FOR_N(i, n) {
 		double z = (double)inp[i];
-		out[i] = (float)(0.5 * z * (1.0 + erf(z * 0.70710678118654752440)));
+		out[i] = (float)(0.5 * z * (1.0 + erf(z * 1.4142135623730951 / 2.0)));
 	}
 }
 
 extern "C" __global__ void k_gelu_bwd(float* dinp, const float* dout, const float* inp, i64 n) {
 	FOR_N(i, n) {
 		double z = (double)inp[i];
-		double g = 0.5 * (1.0 + erf(z * 0.70710678118654752440)) + z * 0.3989422804014327 * exp(-0.5 * z * z);
+		double g = 0.5 * (1.0 + erf(z * 1.4142135623730951 / 2.0)) + z * 0.3989422804014327 * exp(-0.5 * z * z);
 		dinp[i] = (float)((double)dout[i] * g);
 	}
 }

@@ -62,7 +62,10 @@ func TestGPUMatchesCPUBitwise(t *testing.T) {
 				d.AdamWStep(b[0], b[1], b[2], b[3], n, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.5, step)
 			}
 		}, []int{n, n, n, n}},
-		{"GELU", func(d kernels.Device, b []kernels.Buffer) { d.GELUForward(b[0], b[0], n); d.GELUBackward(b[1], b[1], b[0], n) }, []int{n, n}},
+		{"GELU", func(d kernels.Device, b []kernels.Buffer) {
+			d.GELUForward(b[0], b[0], n)
+			d.GELUBackward(b[1], b[1], b[0], n)
+		}, []int{n, n}},
 		{"SwiGLU", func(d kernels.Device, b []kernels.Buffer) { d.SwiGLUForward(b[0], b[1], 1000, 50) }, []int{50000, 100000}},
 	} {
 		want, got := run(c, tc.f, tc.sizes...), run(g, tc.f, tc.sizes...)

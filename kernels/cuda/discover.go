@@ -78,11 +78,12 @@ const (
 	libNVRTC
 	libCublasLt
 	libCublas
+	libNCCL
 	numLibs
 )
 
 func (k libKind) String() string {
-	return [...]string{"libcuda", "libnvrtc-builtins", "libnvrtc", "libcublasLt", "libcublas"}[k]
+	return [...]string{"libcuda", "libnvrtc-builtins", "libnvrtc", "libcublasLt", "libcublas", "libnccl"}[k]
 }
 
 // base is the library's file name without a version.
@@ -92,8 +93,11 @@ func (k libKind) base() string { return k.String() + ".so" }
 // after every folder: the driver's is its ABI (so.1), the toolkit's are
 // tried from the newest major down.
 func (k libKind) bareSonames() []string {
-	if k == libDriver {
+	switch k {
+	case libDriver:
 		return []string{"libcuda.so.1"}
+	case libNCCL:
+		return []string{"libnccl.so.2"}
 	}
 	var s []string
 	for _, v := range []string{"13", "12", "11"} {

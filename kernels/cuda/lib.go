@@ -163,7 +163,11 @@ func (e *LoadError) Error() string {
 				fmt.Fprintf(&b, "%d more", len(e.Tried)-i)
 				break
 			}
-			fmt.Fprintf(&b, "%s: %v", t, e.Errs[i])
+			if msg := fmt.Sprint(e.Errs[i]); strings.HasPrefix(msg, t+":") {
+				b.WriteString(msg) // dlopen's messages start with the path
+			} else {
+				fmt.Fprintf(&b, "%s: %s", t, msg)
+			}
 		}
 		b.WriteString(")")
 	}

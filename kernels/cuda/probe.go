@@ -52,6 +52,9 @@ type Report struct {
 	CublasPath, CublasLtPath, CublasVersion string
 	CublasErr                               error
 
+	NCCLPath, NCCLVersion string
+	NCCLErr               error
+
 	GPUs   []GPUInfo
 	GPUErr error
 
@@ -78,6 +81,7 @@ func Probe() *Report {
 
 func probe(dl dlopener, env SearchEnv, fs globber) *Report {
 	r := &Report{CacheDir: DefaultCacheDir()}
+	r.NCCLPath, r.NCCLVersion, r.NCCLErr = probeNCCL(dl, candidates(libNCCL, env, fs))
 	drv, err := openDriver(dl, candidates(libDriver, env, fs))
 	if err != nil {
 		r.DriverErr = err
@@ -111,6 +115,29 @@ func probe(dl dlopener, env SearchEnv, fs globber) *Report {
 		r.CublasVersion = cublasVersionString(c)
 	}
 	return r
+}
+
+// probeNCCL loads NCCL (for reporting: gochat does not use it yet) and
+// asks its version (ncclGetVersion: major·10000 + minor·100 + patch since
+// NCCL 2.9).
+func probeNCCL(dl dlopener, cands []string) (path, version string, err error) {
+	le := &LoadError{Lib: "libnccl", Hint: "pip install nvidia-nccl-cu12 (torch brings it), or set " + EnvLibDir}
+	for _, p := range cands {
+		h, err := dl.open(p)
+		if err == nil {
+			var fn uintptr
+			if fn, err = dl.sym(h, "ncclGetVersion"); err == nil {
+				var v int32
+				if call(fn, uintptr(unsafe.Pointer(&v))) == 0 {
+					version = fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+				}
+				return p, version, nil
+			}
+		}
+		le.Tried = append(le.Tried, p)
+		le.Errs = append(le.Errs, err)
+	}
+	return "", "", le
 }
 
 // cublasVersionString asks cuBLASLt for its version (cuBLAS's own needs a

@@ -16,7 +16,7 @@ import (
 // contraction, so that every kernel rounds each product and sum as written
 // (AdamWStepBF16 must reproduce AdamWStep bit for bit, and dropout and the
 // conversions the CPU backend's arithmetic).
-var compileFlags = []string{"--fmad=false", "--std=c++14"}
+var compileFlags = []string{"--fmad=false"}
 
 // target is what NVRTC compiles for: a cubin for sm_XY when NVRTC knows
 // the device's architecture, else PTX for the newest compute_XY it knows

@@ -32,6 +32,8 @@ __device__ __forceinline__ float ldw(const void* p, int bf, i64 i) {
 	return bf ? bf16_to_f32(((const u16*)p)[i]) : ((const float*)p)[i];
 }
 
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
 // grid-stride loop over [0, n)
 #define FOR_N(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)blockDim.x * gridDim.x)
 

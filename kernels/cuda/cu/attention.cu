@@ -112,7 +112,8 @@ extern "C" __global__ void k_attn_bwd_q(float* dqkv, float* dsum, const float* d
 	}
 	float D = (float)block_sum_d(s, shd);
 	if (threadIdx.x == 0) dsum[((i64)b * nh + h) * t + i] = D;
-	float acc0 = 0.0f, acc1 = 0.0f; // dq[d] for d = tid and tid + blockDim (hs <= 2·ATT_THREADS)
+	float acc0 = 0.0f, acc1 = 0.0f; // dq[d0], dq[d1] (hs <= 2·ATT_THREADS)
+	int d0 = threadIdx.x, d1 = threadIdx.x + blockDim.x;
 	for (int base = 0; base <= i; base += blockDim.x) {
 		int j = base + threadIdx.x;
 		float dsj = 0.0f;
@@ -127,17 +128,17 @@ extern "C" __global__ void k_attn_bwd_q(float* dqkv, float* dsum, const float* d
 		}
 		ds[threadIdx.x] = dsj;
 		__syncthreads();
-		int cnt = min((int)blockDim.x, i + 1 - base);
+		int cnt = imin((int)blockDim.x, i + 1 - base);
 		for (int jj = 0; jj < cnt; jj++) {
 			float x = ds[jj];
 			const float* kj = kb + (i64)(base + jj) * w;
-			if (threadIdx.x < hs) acc0 = acc0 + x * kj[threadIdx.x];
-			if (threadIdx.x + blockDim.x < hs) acc1 = acc1 + x * kj[threadIdx.x + blockDim.x];
+			if (d0 < hs) acc0 = acc0 + x * kj[d0];
+			if (d1 < hs) acc1 = acc1 + x * kj[d1];
 		}
 		__syncthreads();
 	}
-	if (threadIdx.x < hs) dq[threadIdx.x] = acc0;
-	if (threadIdx.x + blockDim.x < hs) dq[threadIdx.x + blockDim.x] = acc1;
+	if (d0 < hs) dq[d0] = acc0;
+	if (d1 < hs) dq[d1] = acc1;
 }
 
 // Backward, keys and values: one block per (j, g, b), key j of KV head g,
@@ -183,7 +184,7 @@ extern "C" __global__ void k_attn_bwd_kv(float* dqkv, const float* dout, const f
 		ds[threadIdx.x] = dsx;
 		hi_[threadIdx.x] = hx;
 		__syncthreads();
-		int cnt = min((int)blockDim.x, pairs - base);
+		int cnt = imin((int)blockDim.x, pairs - base);
 		for (int y = 0; y < cnt; y++) {
 			float py = ps[y];
 			if (py == 0.0f) continue;

@@ -95,13 +95,26 @@ type OutOfMemoryError struct {
 	Want   int64 // bytes asked for
 	Live   int64 // bytes live before the request
 	Limit  int64 // the device's cap (0: the device itself refused)
+	// A device with its own memory and a caching allocator (kernels/cuda)
+	// also reports what it held in its cache when the request failed
+	// (after emptying it and retrying) and the device's free and total
+	// memory as its driver saw them; Total 0 means not known.
+	Cached      int64
+	DeviceFree  int64
+	DeviceTotal int64
 }
 
 func (e *OutOfMemoryError) Error() string {
+	var s string
 	if e.Limit > 0 {
-		return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live exceeds the limit of %s", e.Device, byteSize(e.Want), byteSize(e.Live), byteSize(e.Limit))
+		s = fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live exceeds the limit of %s", e.Device, byteSize(e.Want), byteSize(e.Live), byteSize(e.Limit))
+	} else {
+		s = fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live", e.Device, byteSize(e.Want), byteSize(e.Live))
 	}
-	return fmt.Sprintf("%s: out of memory: a buffer of %s on top of %s live", e.Device, byteSize(e.Want), byteSize(e.Live))
+	if e.DeviceTotal > 0 {
+		s += fmt.Sprintf(" (%s cached; the device has %s free of %s)", byteSize(e.Cached), byteSize(e.DeviceFree), byteSize(e.DeviceTotal))
+	}
+	return s
 }
 
 // byteSize writes b bytes in the largest binary unit that keeps the value

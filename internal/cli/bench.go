@@ -278,7 +278,7 @@ func benchModel(opts *BenchTrainOptions) (*model.Model, error) {
 	if opts.Seq > cfg.MaxPositions {
 		return nil, usageErrorf("--seq %d exceeds the model's max_position_embeddings %d", opts.Seq, cfg.MaxPositions)
 	}
-	dev, err := newCPU(opts.g)
+	dev, err := newDevice(opts.g)
 	if err != nil {
 		return nil, err
 	}

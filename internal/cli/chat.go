@@ -66,7 +66,7 @@ an answer become spaces).`,
 const turnEnd = "\n\nHuman:"
 
 func runChat(opts *ChatOptions) error {
-	dev, err := newCPU(opts.g)
+	dev, err := newDevice(opts.g)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (d *demoGenerator) Prepare(g *Globals, dir string, seed uint64) error {
 	if err != nil {
 		return err
 	}
-	dev, err := newCPU(g)
+	dev, err := newDevice(g)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (d *demoGenerator) Report(g *Globals, out string, seconds map[int]float64) 
 // demoEval scores held-out questions: greedy answers of a model, graded by
 // the exact checker, and the reward model's mean score of those answers.
 func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rewardMean float64, err error) {
-	dev, err := newCPU(g)
+	dev, err := newDevice(g)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,10 +1,97 @@
 package cli
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
+	"github.com/gochat-ai/gochat/kernels/cuda"
 )
 
 // newCPU returns the CPU backend with the --threads setting.
 func newCPU(g *Globals) (*cpu.Device, error) {
 	return cpu.New(cpu.Options{Threads: g.Threads})
+}
+
+// deviceSpec is a parsed --device: "cpu", "cuda" with a GPU ordinal, or
+// "auto".
+type deviceSpec struct {
+	kind    string // "auto", "cpu" or "cuda"
+	ordinal int
+}
+
+// parseDevice parses --device: auto, cpu, cuda, cuda:N ("" is auto).
+func parseDevice(s string) (deviceSpec, error) {
+	switch s {
+	case "", "auto":
+		return deviceSpec{kind: "auto"}, nil
+	case "cpu":
+		return deviceSpec{kind: "cpu"}, nil
+	case "cuda", "gpu":
+		return deviceSpec{kind: "cuda"}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+			return deviceSpec{kind: "cuda", ordinal: n}, nil
+		}
+	}
+	return deviceSpec{}, usageErrorf("--device %q: want auto, cpu, cuda or cuda:N", s)
+}
+
+// openGPU opens GPU ordinal through g.OpenGPU, or kernels/cuda.
+func openGPU(g *Globals, ordinal int) (kernels.Device, error) {
+	if g.OpenGPU != nil {
+		return g.OpenGPU(g, ordinal)
+	}
+	return openCUDA(g, ordinal)
+}
+
+// openCUDA opens GPU ordinal with kernels/cuda, logging kernel builds.
+func openCUDA(g *Globals, ordinal int) (kernels.Device, error) {
+	d, err := cuda.New(cuda.Options{Ordinal: ordinal, OnBuild: func(target string, cached bool) {
+		if cached {
+			g.Log.Debug().Str("target", target).Msg("cuda: kernels from the disk cache")
+		} else {
+			g.Log.Info().Str("target", target).Msg("cuda: kernels compiled (once per GPU architecture and gochat version)")
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDevice returns the compute device --device asks for: the CPU, GPU N,
+// or (auto) GPU 0 when one is usable and the CPU otherwise, logging which
+// and why. --device cuda on a machine without a usable GPU fails with what
+// is missing (a library, every path tried; the driver; the GPU).
+func newDevice(g *Globals) (kernels.Device, error) {
+	spec, err := parseDevice(g.Device)
+	if err != nil {
+		return nil, err
+	}
+	switch spec.kind {
+	case "cpu":
+		return newCPU(g)
+	case "cuda":
+		d, err := openGPU(g, spec.ordinal)
+		if err != nil {
+			return nil, fmt.Errorf("--device %s: %w (gochat env shows what was found)", g.Device, err)
+		}
+		g.Log.Info().Str("device", d.Name()).Msg("device: " + d.Name())
+		return d, nil
+	}
+	d, err := openGPU(g, 0)
+	if err == nil {
+		g.Log.Info().Str("device", d.Name()).Msgf("device: %s (auto: a usable GPU; --device cpu to change)", d.Name())
+		return d, nil
+	}
+	c, cerr := newCPU(g)
+	if cerr != nil {
+		return nil, cerr
+	}
+	g.Log.Info().Str("device", c.Name()).Str("why", err.Error()).Msgf("device: %s (auto: no usable GPU)", c.Name())
+	return c, nil
 }

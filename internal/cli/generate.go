@@ -101,7 +101,7 @@ func parseIDs(s string) ([]int32, error) {
 }
 
 func runGenerate(opts *GenerateOptions) error {
-	dev, err := newCPU(opts.g)
+	dev, err := newDevice(opts.g)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func runInit(opts *InitOptions) error {
 	if err != nil {
 		return usageError{err}
 	}
-	dev, err := newCPU(opts.g)
+	dev, err := newDevice(opts.g)
 	if err != nil {
 		return err
 	}

@@ -242,7 +242,7 @@ func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 // runPPO loads step 3's models and data, runs ppo.Run and saves the
 // models.
 func runPPO(ctx context.Context, o *PPOOptions) (err error) {
-	dev, err := newCPU(o.g)
+	dev, err := newDevice(o.g)
 	if err != nil {
 		return err
 	}

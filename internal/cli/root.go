@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/plan"
 )
 
@@ -59,7 +60,11 @@ type Globals struct {
 	// Stop is closed when the user asks a run to stop (watchSignals);
 	// training commands then stop at their next safe point with a
 	// checkpoint. nil: never.
-	Stop     <-chan struct{}
+	Stop <-chan struct{}
+	// Device is --device: auto, cpu, cuda or cuda:N (newDevice).
+	Device string
+	// OpenGPU opens GPU N for newDevice (nil: kernels/cuda; tests fake it).
+	OpenGPU  func(g *Globals, ordinal int) (kernels.Device, error)
 	stopProf func()
 }
 
@@ -127,6 +132,9 @@ func newRootCmd(g *Globals) *cobra.Command {
 			if g.Threads == 0 {
 				g.Threads = runtime.NumCPU()
 			}
+			if _, err := parseDevice(g.Device); err != nil {
+				return err
+			}
 			if g.CPUProf != "" {
 				f, err := os.Create(g.CPUProf)
 				if err != nil {
@@ -150,6 +158,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 	pf.StringVar(&g.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.LogFmt, "log-format", "auto", "log format: console, json, or auto (console on a terminal, else json)")
 	pf.IntVar(&g.Threads, "threads", 0, "CPU threads for kernels (0 = all cores)")
+	pf.StringVar(&g.Device, "device", "auto", "compute device: auto (a GPU when one is usable, else the CPU), cpu, cuda or cuda:N")
 	pf.StringVar(&g.CPUProf, "cpuprofile", "", "write a Go CPU profile to this file")
 
 	root.AddCommand(
@@ -169,6 +178,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 		newTrainCmd(g, nil),
 		newPlotCmd(g, nil),
 		newEstimateCmd(g),
+		newEnvCmd(g, nil),
 	)
 	return root
 }

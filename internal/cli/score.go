@@ -66,7 +66,7 @@ one object {"prompt", "answers", "scores"}.`,
 }
 
 func runScore(opts *ScoreOptions) error {
-	dev, err := newCPU(opts.g)
+	dev, err := newDevice(opts.g)
 	if err != nil {
 		return err
 	}

@@ -249,7 +249,7 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 // an MPI job when mpirun started it (rank 0 writes the output directory).
 func runStage(ctx context.Context, o *StageOptions) (err error) {
 	start := time.Now()
-	dev, err := newCPU(o.g)
+	dev, err := newDevice(o.g)
 	if err != nil {
 		return err
 	}

@@ -202,7 +202,7 @@ func (o *TrainOptions) setup() error {
 // step so that the next one reads a finished output (the output directory
 // must be shared by the ranks' machines, as DeepSpeed-Chat's is).
 func runTrain(o *TrainOptions) (err error) {
-	dev, err := newCPU(o.g)
+	dev, err := newDevice(o.g)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,305 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/kernels/kerneltest"
+)
+
+func TestDeviceMemory(t *testing.T) {
+	d, g := newFakeDevice(t, 1<<30)
+	x := []float32{1, -2.5, float32(math.Inf(1)), 3e-39, 1 + 0x1p-8, 7}
+	b := upload(t, d, kernels.F32, x)
+	if got := read(d, b); fmt.Sprint(got) != fmt.Sprint(x) {
+		t.Fatalf("F32 round trip: %v", got)
+	}
+	// BF16 rounds on the way in (nearest even, as the reference does).
+	h := upload(t, d, kernels.BF16, x)
+	for i, v := range read(d, h) {
+		if want := kerneltest.RefRoundBF16(x[i]); math.Float32bits(v) != math.Float32bits(want) {
+			t.Fatalf("bf16[%d] = %g, want %g", i, v, want)
+		}
+	}
+	// A view at an odd element offset writes only its elements.
+	v := h.Slice(1, 3)
+	d.WriteF32(v, []float32{10, 20, 30})
+	if got := read(d, h); got[0] != kerneltest.RefRoundBF16(x[0]) || got[1] != 10 || got[3] != 30 || got[4] != kerneltest.RefRoundBF16(x[4]) {
+		t.Fatalf("view write: %v", got)
+	}
+	d.Zero(v)
+	if got := read(d, h); got[1] != 0 || got[3] != 0 || got[4] == 0 {
+		t.Fatalf("view zero: %v", got)
+	}
+	// Copy converts through the kernels (emulated here).
+	f := upload(t, d, kernels.F32, make([]float32, len(x)))
+	d.Copy(h, b)
+	d.Copy(f, h)
+	for i, v := range read(d, f) {
+		if want := kerneltest.RefRoundBF16(x[i]); v != want && !(math.IsInf(float64(v), 1) && math.IsInf(float64(want), 1)) {
+			t.Fatalf("Copy f32->bf16->f32 [%d] = %g, want %g", i, v, want)
+		}
+	}
+	ids := []int32{3, -1, 1 << 30}
+	ib, _ := d.Alloc(kernels.I32, 3)
+	d.WriteI32(ib, ids)
+	got := make([]int32, 3)
+	d.ReadI32(got, ib)
+	if fmt.Sprint(got) != fmt.Sprint(ids) {
+		t.Fatalf("I32 round trip: %v", got)
+	}
+	// Alloc zeroes recycled memory.
+	d.WriteI32(ib, []int32{9, 9, 9})
+	d.Free(ib)
+	ib2, _ := d.Alloc(kernels.I32, 3)
+	d.ReadI32(got, ib2)
+	if got[0] != 0 || got[2] != 0 {
+		t.Fatalf("recycled buffer not zeroed: %v", got)
+	}
+	if g.mem.allocs != 4 {
+		t.Errorf("%d device allocations, want 4 (the freed block reused)", g.mem.allocs)
+	}
+}
+
+func TestDeviceMemStatsAndFree(t *testing.T) {
+	d, _ := newFakeDevice(t, 1<<30)
+	a, _ := d.Alloc(kernels.BF16, 3001)
+	b, _ := d.Alloc(kernels.F32, 10)
+	if s := d.MemStats(); s.Live != 6002+40 || s.Peak != s.Live {
+		t.Fatalf("MemStats %+v", s)
+	}
+	d.Free(a)
+	d.Free(nil)
+	if s := d.MemStats(); s.Live != 40 || s.Peak != 6042 {
+		t.Fatalf("after Free: %+v", s)
+	}
+	mustPanic(t, "Free twice", "freed before", func() { d.Free(a) })
+	mustPanic(t, "Free of a view", "did not Alloc", func() { d.Free(b.Slice(1, 2)) })
+	d2, _ := newFakeDevice(t, 1<<20)
+	mustPanic(t, "Free on another device", "did not Alloc", func() { d2.Free(b) })
+	mustPanic(t, "Slice past the end", "Slice(5, 6)", func() { b.Slice(5, 6) })
+	if _, err := d.Alloc(kernels.F16, 4); err == nil {
+		t.Error("Alloc of F16 succeeded")
+	}
+	if _, err := d.Alloc(kernels.F32, -1); err == nil {
+		t.Error("Alloc of -1 succeeded")
+	}
+	z, err := d.Alloc(kernels.F32, 0)
+	if err != nil || z.Len() != 0 {
+		t.Fatalf("Alloc of 0: %v %v", z, err)
+	}
+	d.WriteF32(z, nil)
+	d.Free(z)
+}
+
+func TestDeviceOutOfMemory(t *testing.T) {
+	d, _ := newFakeDevice(t, 8<<20)
+	a, err := d.Alloc(kernels.F32, 1<<20) // 4 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := d.Alloc(kernels.F32, 100)
+	d.Free(c)                                // 512 bytes cached
+	_, err = d.Alloc(kernels.F32, 3<<20/2*2) // 6 MiB
+	var oom *kernels.OutOfMemoryError
+	if !errors.As(err, &oom) {
+		t.Fatalf("got %v, want *kernels.OutOfMemoryError", err)
+	}
+	want := kernels.OutOfMemoryError{Device: d.Name(), Want: 12 << 20, Live: 4 << 20, Cached: 512, DeviceFree: 4 << 20, DeviceTotal: 8 << 20}
+	if *oom != want {
+		t.Fatalf("got  %+v\nwant %+v", *oom, want)
+	}
+	d.Free(a)
+}
+
+// gemmRef is row-major C = alpha·op(A)·op(B) + beta·C in float64.
+func gemmRef(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float64 {
+	out := kerneltest.F64(c)
+	for i := range m {
+		for j := range n {
+			s := 0.0
+			for l := range k {
+				var av, bv float32
+				if ta {
+					av = a[l*lda+i]
+				} else {
+					av = a[i*lda+l]
+				}
+				if tb {
+					bv = b[j*ldb+l]
+				} else {
+					bv = b[l*ldb+j]
+				}
+				s += float64(av) * float64(bv)
+			}
+			v := float64(alpha) * s
+			if beta != 0 {
+				v += float64(beta) * float64(c[i*ldc+j])
+			}
+			out[i*ldc+j] = v
+		}
+	}
+	return out
+}
+
+// TestGemmMapping runs Gemm on the fake (whose cuBLAS is a column-major
+// reference) against a row-major reference: transposes, padded leading
+// dimensions, alpha/beta, bf16 operands (the F32 one rounded), k = 0.
+func TestGemmMapping(t *testing.T) {
+	d, g := newFakeDevice(t, 1<<30)
+	rng := rand.New(rand.NewPCG(1, 2))
+	randn := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	mixes := [][2]kernels.DType{{kernels.F32, kernels.F32}, {kernels.BF16, kernels.F32}, {kernels.F32, kernels.BF16}, {kernels.BF16, kernels.BF16}}
+	for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {4, 6, 0}, {5, 2, 9}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for mi, mix := range mixes {
+					pad := mi
+					ar, ac := m, k
+					if ta {
+						ar, ac = k, m
+					}
+					br, bc := k, n
+					if tb {
+						br, bc = n, k
+					}
+					lda, ldb, ldc := max(ac+pad, 1), max(bc+pad, 1), n+pad
+					a, b, c := randn(ar*lda), randn(br*ldb), randn(m*ldc)
+					alpha, beta := float32(-1.25), float32(0.5)
+					if mi%2 == 1 {
+						beta = 0
+					}
+					ab, bb, cb := upload(t, d, mix[0], a), upload(t, d, mix[1], b), upload(t, d, kernels.F32, c)
+					d.Gemm(ta, tb, m, n, k, alpha, ab, lda, bb, ldb, beta, cb, ldc)
+					ra, rb := a, b
+					if mix[0] == kernels.BF16 || mix[1] == kernels.BF16 {
+						ra, rb = kerneltest.RefRoundBF16s(a), kerneltest.RefRoundBF16s(b)
+					}
+					want := gemmRef(ta, tb, m, n, k, alpha, ra, lda, rb, ldb, beta, c, ldc)
+					got := read(d, cb)
+					for i := range want {
+						if math.Abs(float64(got[i])-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+							t.Fatalf("Gemm %v ta=%v tb=%v m=%d n=%d k=%d: C[%d] = %g, want %g", mix, ta, tb, m, n, k, i, got[i], want[i])
+						}
+					}
+					last := g.gemms[len(g.gemms)-1]
+					if k > 0 && (last.aType == cudaR16BF) != (mix[0] == kernels.BF16 || mix[1] == kernels.BF16) {
+						t.Fatalf("Gemm %v: cuBLAS types %d/%d", mix, last.aType, last.bType)
+					}
+					for _, x := range []kernels.Buffer{ab, bb, cb} {
+						d.Free(x)
+					}
+				}
+			}
+		}
+	}
+	if _, cached, _, _ := d.CacheStats(); cached == 0 {
+		t.Error("the conversion scratch did not go back to the cache")
+	}
+}
+
+// TestMatmulOnFake checks MatmulForward/Backward's composition (the GEMM
+// shapes, bias, the accumulating dweight and dbias, the bf16 rounding of
+// dout and inp for dweight when the weight is BF16).
+func TestMatmulOnFake(t *testing.T) {
+	d, _ := newFakeDevice(t, 1<<30)
+	rng := rand.New(rand.NewPCG(3, 4))
+	randn := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	const n, c, oc = 5, 7, 3
+	for _, wt := range []kernels.DType{kernels.F32, kernels.BF16} {
+		inp, w, bias := randn(n*c), randn(oc*c), randn(oc)
+		rnd := func(x []float32) []float32 {
+			if wt == kernels.BF16 {
+				return kerneltest.RefRoundBF16s(x)
+			}
+			return x
+		}
+		out, _ := d.Alloc(kernels.F32, n*oc)
+		d.MatmulForward(out, upload(t, d, kernels.F32, inp), upload(t, d, wt, w), upload(t, d, wt, bias), n, c, oc)
+		want := kerneltest.RefMatmulForward(kerneltest.F64(rnd(inp)), kerneltest.F64(rnd(w)), kerneltest.F64(rnd(bias)), n, c, oc)
+		closeTo(t, fmt.Sprintf("MatmulForward %v", wt), read(d, out), want)
+
+		dout, dw0, db0 := randn(n*oc), randn(oc*c), randn(oc)
+		dinp, _ := d.Alloc(kernels.F32, n*c)
+		dw, db := upload(t, d, kernels.F32, dw0), upload(t, d, kernels.F32, db0)
+		d.MatmulBackward(dinp, dw, db, upload(t, d, kernels.F32, dout), upload(t, d, kernels.F32, inp), upload(t, d, wt, w), n, c, oc)
+		rdi, rdw, _ := kerneltest.RefMatmulBackward(kerneltest.F64(rnd(dout)), kerneltest.F64(rnd(inp)), kerneltest.F64(rnd(w)), n, c, oc)
+		_, _, rdb := kerneltest.RefMatmulBackward(kerneltest.F64(dout), kerneltest.F64(inp), kerneltest.F64(w), n, c, oc)
+		closeTo(t, fmt.Sprintf("MatmulBackward %v dinp", wt), read(d, dinp), rdi)
+		for i := range rdw {
+			rdw[i] += float64(dw0[i])
+		}
+		for i := range rdb {
+			rdb[i] += float64(db0[i])
+		}
+		closeTo(t, fmt.Sprintf("MatmulBackward %v dweight", wt), read(d, dw), rdw)
+		closeTo(t, fmt.Sprintf("MatmulBackward %v dbias", wt), read(d, db), rdb)
+	}
+}
+
+func closeTo(t *testing.T, name string, got []float32, want []float64) {
+	t.Helper()
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+			t.Fatalf("%s: [%d] = %g, want %g", name, i, got[i], want[i])
+		}
+	}
+}
+
+// The host-side scalars of the kernels that must reproduce the CPU
+// backend element for element.
+func TestDropoutGeneratorMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, p := range []float32{0, 0.1, 0.5, 0.999, 1} {
+		for _, seed := range []uint64{0, 42, 1 << 63, rng.Uint64()} {
+			key, thr, ks := dropoutParams(p, seed)
+			if p == 0 && (ks != 1 || thr != 0) || p == 1 && ks != 0 {
+				t.Fatalf("p=%g: scale %g, threshold %d", p, ks, thr)
+			}
+			for i := range 2000 {
+				keep := splitmix(key+uint64(i+1)*dropGamma)>>40 >= thr
+				if keep != kerneltest.RefDropoutKeep(seed, i, p) {
+					t.Fatalf("p=%g seed=%d: element %d keep=%v, the reference says otherwise", p, seed, i, keep)
+				}
+			}
+		}
+	}
+}
+
+func TestToBF16MatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 200000 {
+		b := rng.Uint32()
+		if i < 4 {
+			b = []uint32{0x7fc00001, 0xff800001, 0x3f808000, 0x7f7fffff}[i]
+		}
+		f := math.Float32frombits(b)
+		got, want := toBF16(f), kerneltest.RefBF16Bits(f)
+		if math.IsNaN(float64(f)) {
+			if !math.IsNaN(float64(math.Float32frombits(uint32(got) << 16))) {
+				t.Fatalf("%#x: NaN rounded to %#x", b, got)
+			}
+			continue
+		}
+		if got != want {
+			t.Fatalf("toBF16(%#x) = %#x, want %#x", b, got, want)
+		}
+	}
+}

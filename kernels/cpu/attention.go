@@ -111,52 +111,9 @@ func attnScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
 // real). It overwrites out[B,T,C] and the probabilities att[B,NH,T,T]
 // (zero for future and padded keys; 1/T across a fully masked row).
 func (d *Device) AttentionForward(out, att, qkv, mask kernels.Buffer, b, t, nh, hs int) {
-	c := nh * hs
-	c3 := 3 * c
-	o, a, x := f32(out)[:b*t*c], f32(att)[:b*nh*t*t], f32(qkv)[:b*t*c3]
-	mk := i32(mask)
-	if mk != nil {
-		mk = mk[:b*t]
-	}
-	if b*t*c == 0 {
-		return
-	}
-	first := firstReal(mk, b, t, t)
-	scale := attnScale(hs)
-	d.parallelFor(b*nh, 1, func(lo, hi int) {
-		qs := make([]float32, 4*hs)
-		var ns [4]int
-		var masked [4]bool
-		// This head's keys and values as dense [T,HS] rows.
-		kb, vb := make([]float32, t*hs), make([]float32, t*hs)
-		for bh := lo; bh < hi; bh++ {
-			bi, h := bh/nh, bh%nh
-			var m []int32
-			if mk != nil {
-				m = mk[bi*t : bi*t+t]
-			}
-			base := bi*t*c3 + h*hs
-			for ti := range t {
-				copy(kb[ti*hs:ti*hs+hs], x[base+ti*c3+c:])
-				copy(vb[ti*hs:ti*hs+hs], x[base+ti*c3+2*c:])
-			}
-			for ti := 0; ti < t; {
-				nq := 1
-				if ti+4 <= t {
-					nq = 4
-				}
-				for r := range nq {
-					q := x[base+(ti+r)*c3 : base+(ti+r)*c3+hs]
-					for i, v := range q {
-						qs[r*hs+i] = v * scale
-					}
-					ns[r], masked[r] = ti+r+1, ti+r < first[bi]
-				}
-				d.attnRows(o[(bi*t+ti)*c+h*hs:], c, a[(bh*t+ti)*t:], t, qs, kb, vb, hs, hs, t, ns[:nq], masked[:nq], m)
-				ti += nq
-			}
-		}
-	})
+	// Multi-head attention is grouped-query attention with a key/value
+	// head per query head: the same layout and arithmetic.
+	d.GQAAttentionForward(out, att, qkv, mask, b, t, nh, nh, hs)
 }
 
 // AttentionBackward is the backward of AttentionForward given its att and
@@ -169,95 +126,7 @@ func (d *Device) AttentionForward(out, att, qkv, mask kernels.Buffer, b, t, nh, 
 //
 // with ds = 0 for a fully masked row (its output ignores the scores).
 func (d *Device) AttentionBackward(dqkv, dout, qkv, att, mask kernels.Buffer, b, t, nh, hs int) {
-	c := nh * hs
-	c3 := 3 * c
-	dx, dy, x, a := f32(dqkv)[:b*t*c3], f32(dout)[:b*t*c], f32(qkv)[:b*t*c3], f32(att)[:b*nh*t*t]
-	mk := i32(mask)
-	if mk != nil {
-		mk = mk[:b*t]
-	}
-	if b*t*c == 0 {
-		return
-	}
-	first := firstReal(mk, b, t, t)
-	scale := attnScale(hs)
-	d.parallelFor(b*nh, 1, func(lo, hi int) {
-		ds := make([]float32, 4*t)
-		// Contiguous copies of this head's keys and values, and
-		// accumulators for their gradients: [T,HS] each, which keeps the
-		// O(T²) loops on dense rows instead of rows 3C apart.
-		kb, vb := make([]float32, t*hs), make([]float32, t*hs)
-		dkb, dvb := make([]float32, t*hs), make([]float32, t*hs)
-		for bh := lo; bh < hi; bh++ {
-			bi, h := bh/nh, bh%nh
-			base := bi*t*c3 + h*hs
-			for ti := range t {
-				copy(kb[ti*hs:ti*hs+hs], x[base+ti*c3+c:])
-				copy(vb[ti*hs:ti*hs+hs], x[base+ti*c3+2*c:])
-				clear(dx[base+ti*c3:][:hs])
-			}
-			clear(dkb)
-			clear(dvb)
-			for ti := 0; ti < t; {
-				nq := 1
-				if ti+4 <= t {
-					nq = 4
-				}
-				// Keys of each row: 0..ti+r, or all T for a fully masked row.
-				// Rows of a block share nmax keys; a row's probabilities and
-				// ds are exactly 0 past its own keys.
-				nmax := 0
-				var ns [4]int
-				for r := range nq {
-					ns[r] = ti + r + 1
-					if ti+r < first[bi] {
-						ns[r] = t
-					}
-					nmax = max(nmax, ns[r])
-				}
-				p := a[(bh*t+ti)*t:]       // [nq, T] probabilities
-				g := dy[(bi*t+ti)*c+h*hs:] // [nq, C] output gradients
-				q := x[base+ti*c3:]        // [nq, 3C] queries
-				dq := dx[base+ti*c3:]      // [nq, 3C] their gradients
-				if nq == 4 {
-					d.dots4(ds, t, g, c, vb, hs, nmax, hs) // dp_j = dout·v_j
-				} else {
-					d.dots(ds[:nmax], g[:hs], vb, hs)
-				}
-				for r := range nq {
-					pr, dr := p[r*t:r*t+ns[r]], ds[r*t:r*t+t]
-					if ti+r < first[bi] {
-						// Fully masked: the output ignores q and k.
-						clear(dr[:nmax])
-						continue
-					}
-					var sum float64
-					for j, pj := range pr {
-						sum += float64(pj) * float64(dr[j])
-					}
-					dsum := float32(sum)
-					for j, pj := range pr {
-						dr[j] = pj * (dr[j] - dsum) * scale
-					}
-					clear(dr[ns[r]:nmax])
-				}
-				if nq == 4 {
-					d.rank4(dvb, hs, p, t, g, c, nmax, hs)    // dv_j += p_j·dout
-					d.gemvT4(dq, c3, ds, t, kb, hs, nmax, hs) // dq += Σ_j ds_j k_j
-					d.rank4(dkb, hs, ds, t, q, c3, nmax, hs)  // dk_j += ds_j·q
-				} else {
-					d.rank1(dvb, hs, p[:nmax], g[:hs])
-					d.gemvT(dq[:hs], ds[:nmax], kb, hs)
-					d.rank1(dkb, hs, ds[:nmax], q[:hs])
-				}
-				ti += nq
-			}
-			for ti := range t {
-				copy(dx[base+ti*c3+c:][:hs], dkb[ti*hs:ti*hs+hs])
-				copy(dx[base+ti*c3+2*c:][:hs], dvb[ti*hs:ti*hs+hs])
-			}
-		}
-	})
+	d.GQAAttentionBackward(dqkv, dout, qkv, att, mask, b, t, nh, nh, hs)
 }
 
 // AttentionDecode runs attention for tn new positions t0..t0+tn-1 against

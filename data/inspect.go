@@ -32,8 +32,9 @@ type Report struct {
 	Root    string
 	Ignored []string
 	Parts   []PartReport
-	// Tokenized is true when a tokenizer was given.
-	Tokenized bool
+	// Tokenized is true when a tokenizer was given; Chat when the phases
+	// were built with a chat template.
+	Tokenized, Chat bool
 }
 
 // PartReport is one part (train or eval) of a dataset.
@@ -132,7 +133,7 @@ func Inspect(ds *Dataset, o InspectOptions) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep := &Report{Dataset: ds.Name, Adapter: ds.Adapter, Root: ds.Root, Ignored: ds.Ignored, Tokenized: o.Tokenizer != nil}
+	rep := &Report{Dataset: ds.Name, Adapter: ds.Adapter, Root: ds.Root, Ignored: ds.Ignored, Tokenized: o.Tokenizer != nil, Chat: o.Chat != nil}
 	for _, part := range []Part{Train, Eval} {
 		pr, err := inspectPart(ds, part, &o, &bo)
 		if err != nil {

@@ -33,7 +33,7 @@ type TrainOptions struct {
 	// step's and the command line does not (chatSet).
 	ChatTemplate string
 	chatSet      bool
-	recipe                 *recipes.Recipe
+	recipe       *recipes.Recipe
 	// gen is the recipe's generator and genDir its folder (setup).
 	gen    generator
 	genDir string

@@ -193,7 +193,8 @@ func (cfg *RunConfig) check(m Models, d Data) error {
 // CheckLengths checks that the sequences of step 3 fit every model: the
 // actor and the reference see prompt + answer (maxPrompt + maxAnswer
 // positions), and so does the critic; the reward model sees prompt +
-// answer + the end text (rewardExtra more tokens). Errors name the model
+// answer + the end text, or the chat template's lead and end of turn
+// (rewardExtra more tokens). Errors name the model
 // and the flags to change.
 func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
 	actor, err := m.Actor.Model()
@@ -207,7 +208,7 @@ func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
 		n     int
 		extra string
 	}{{"actor", actor, n, ""}, {"critic", m.Critic, n, ""},
-		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text", rewardExtra)}} {
+		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text (or the chat template's end of turn)", rewardExtra)}} {
 		if x.m != nil && x.n > x.m.Config.MaxPositions {
 			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len%s = %d exceeds the %s's max_position_embeddings %d",
 				x.extra, x.n, x.name, x.m.Config.MaxPositions)

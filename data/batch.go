@@ -26,8 +26,10 @@ type Collator struct {
 	// PAD is the id written at padded positions.
 	PAD int32
 	// ResponseOnly restricts the phase-1 loss to the response (and EOS):
-	// labels of the PromptLen prompt tokens become IgnoreIndex. Off, the
-	// loss covers prompt and response as in DeepSpeed-Chat.
+	// labels of the PromptLen prompt tokens become IgnoreIndex; for an
+	// example with Spans (a chat template) only the spans' tokens, the
+	// assistant messages, keep their labels. Off, the loss covers every
+	// token as in DeepSpeed-Chat.
 	ResponseOnly bool
 }
 
@@ -62,7 +64,8 @@ func (c Collator) putRight(out *Batch, r int, ids []int32) error {
 }
 
 // SFT pads phase-1 examples on the right. Labels equal IDs at real tokens
-// (from PromptLen on with ResponseOnly) and IgnoreIndex elsewhere.
+// (with ResponseOnly: from PromptLen on, or inside Spans when the example
+// has them) and IgnoreIndex elsewhere.
 func (c Collator) SFT(exs []Example) (Batch, error) {
 	out, err := c.alloc(len(exs), true)
 	if err != nil {
@@ -71,6 +74,13 @@ func (c Collator) SFT(exs []Example) (Batch, error) {
 	for r, ex := range exs {
 		if err := c.putRight(&out, r, ex.IDs); err != nil {
 			return Batch{}, err
+		}
+		if c.ResponseOnly && ex.Spans != nil {
+			for k := 0; k+1 < len(ex.Spans); k += 2 {
+				s, e := min(int(ex.Spans[k]), len(ex.IDs)), min(int(ex.Spans[k+1]), len(ex.IDs))
+				copy(out.Labels[r*c.T+s:r*c.T+max(s, e)], ex.IDs[s:max(s, e)])
+			}
+			continue
 		}
 		from := 0
 		if c.ResponseOnly {
@@ -85,8 +95,17 @@ func (c Collator) SFT(exs []Example) (Batch, error) {
 // in a batch of SFT: the labels after the first token (the model predicts
 // token t+1 from tokens up to t), from PromptLen on with ResponseOnly. An
 // example whose prompt fills T under ResponseOnly, or of one token, has
-// none: it trains nothing.
+// none: it trains nothing. With Spans and ResponseOnly the positions are
+// those after the first token inside the spans.
 func (c Collator) SFTTargets(ex Example) int {
+	if c.ResponseOnly && ex.Spans != nil {
+		n := 0
+		for k := 0; k+1 < len(ex.Spans); k += 2 {
+			s, e := max(int(ex.Spans[k]), 1), min(int(ex.Spans[k+1]), len(ex.IDs), c.T)
+			n += max(e-s, 0)
+		}
+		return n
+	}
 	from := 1
 	if c.ResponseOnly {
 		from = max(ex.PromptLen, 1)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+
+	"github.com/gochat-ai/gochat/chattemplate"
 )
 
 // Phase is a DeepSpeed-Chat training step; each step reads only its own
@@ -66,6 +68,14 @@ type Tokenizer interface {
 	Encode(text string) []int32
 }
 
+// PlainEncoder is what a Tokenizer needs for Options.Chat: the ids of
+// texts without the special tokens the tokenizer adds around a text
+// (Hugging Face's add_special_tokens=False), in order, as transformers'
+// apply_chat_template(tokenize=True) tokenizes a rendered conversation.
+type PlainEncoder interface {
+	EncodePlain(texts []string) [][]int32
+}
+
 // BatchEncoder is an optional faster path a Tokenizer may offer: Encode for
 // many texts, in order (typically in parallel).
 type BatchEncoder interface {
@@ -109,6 +119,14 @@ type Options struct {
 	// UTF-8, a missing key, a bad JSON line) and drops them instead of
 	// failing on the first.
 	SkipMalformed bool
+	// Chat, when set, renders every sample as a chat conversation with a
+	// chat template (see ChatFormat) instead of DeepSpeed-Chat's
+	// "Human: ... Assistant:" text; the Tokenizer must then be a
+	// PlainEncoder. Rows whose prompt is no conversation (Conversation) or
+	// that the template refuses are dropped and counted (Stats.Unrendered).
+	// EndText is not used; AddEOS still appends EOS, inside the last
+	// assistant span.
+	Chat *ChatFormat
 }
 
 func (o *Options) split() Split {
@@ -134,6 +152,9 @@ func (o *Options) check(p Phase) error {
 	if p == PhasePPO && o.MaxPromptLen < 1 {
 		return fmt.Errorf("data: max prompt length %d, want >= 1", o.MaxPromptLen)
 	}
+	if _, ok := o.Tokenizer.(PlainEncoder); o.Chat != nil && !ok {
+		return fmt.Errorf("data: a chat template needs a tokenizer that encodes without special tokens (PlainEncoder)")
+	}
 	return nil
 }
 
@@ -147,8 +168,16 @@ type Example struct {
 	// Rejected is phase 2's prompt+rejected+EndText, truncated.
 	Rejected []int32
 	// PromptLen (phase 1) is how many leading IDs belong to the prompt: the
-	// common prefix of the prompt's own encoding and IDs.
+	// common prefix of the prompt's own encoding and IDs. With a chat
+	// template it is where the first loss span starts.
 	PromptLen int
+	// Spans (phase 1 with a chat template) are the token ranges [start,
+	// end) of the assistant messages, in pairs: the positions that carry
+	// the loss with Collator.ResponseOnly. nil without a template.
+	Spans []int32
+	// Messages (phase 3 with a chat template) is the conversation the
+	// prompt renders, for rendering an answer to it (ChatFormat.Reply).
+	Messages []chattemplate.Message
 	// Row is the 0-based index of the source row in its raw split (files in
 	// order); -1 for unsupervised blocks.
 	Row int64
@@ -176,6 +205,16 @@ type Stats struct {
 	Nulls map[string]int64 `json:"nulls,omitempty"`
 	// Truncated counts kept phase 1-2 examples cut at MaxSeqLen.
 	Truncated int64 `json:"truncated"`
+	// Unrendered counts rows dropped under a chat template (Options.Chat):
+	// a prompt that is no conversation of alternating turns, or one the
+	// template refused (raise_exception); RenderErrors holds the first
+	// few messages.
+	Unrendered   int64    `json:"unrendered,omitempty"`
+	RenderErrors []string `json:"render_errors,omitempty"`
+	// LastTurnOnly counts kept phase-1 examples whose loss is on the last
+	// assistant turn only, because the template renders earlier turns
+	// differently once later turns follow (ChatFormat.SFT).
+	LastTurnOnly int64 `json:"last_turn_only,omitempty"`
 	// Errors holds the first few malformed-row messages.
 	Errors []string `json:"errors,omitempty"`
 	// Cached is true when the examples came from the cache.
@@ -189,6 +228,14 @@ func (st *Stats) null(col string) {
 		st.Nulls = map[string]int64{}
 	}
 	st.Nulls[col]++
+}
+
+// unrendered counts a row dropped under a chat template.
+func (st *Stats) unrendered(err error) {
+	st.Unrendered++
+	if len(st.RenderErrors) < maxErrors {
+		st.RenderErrors = append(st.RenderErrors, err.Error())
+	}
 }
 
 // maxErrors is how many malformed-row messages Stats keep.
@@ -252,18 +299,135 @@ func commonPrefix(a, b []int32) int {
 	return n
 }
 
-// buildExample makes a phase's example from the encodings of phaseTexts.
-// keep is false for a phase-3 prompt longer than MaxPromptLen.
-func buildExample(p Phase, enc [][]int32, o *Options) (ex Example, keep, truncated bool) {
+// unit is what one sample gives a phase to tokenize, and what building
+// its example from the encodings needs.
+type unit struct {
+	texts []string
+	// With a chat template, phase 1: bounds are the loss spans' byte
+	// offsets in texts[0], start and end in pairs; at[k] is the index in
+	// texts of texts[0][:bounds[k]] (not tokenized when the offset is 0 or
+	// the text's end).
+	bounds, at []int
+	lastOnly   bool
+	// msgs is phase 3's conversation with a chat template.
+	msgs []chattemplate.Message
+}
+
+// prepare returns what a phase tokenizes for one sample: phaseTexts, or
+// with a chat template the rendered conversation (see ChatFormat) and,
+// for phase 1, its prefixes at the loss spans' bounds. The error says why
+// a sample cannot be rendered.
+func prepare(p Phase, s *Sample, o *Options) (unit, error) {
+	if o.Chat == nil {
+		return unit{texts: phaseTexts(p, s, o)}, nil
+	}
+	msgs, err := Conversation(s.Prompt)
+	if err != nil {
+		return unit{}, err
+	}
 	switch p {
 	case PhaseSFT:
+		text, spans, lastOnly, err := o.Chat.SFT(msgs, Answer(s.Chosen))
+		if err != nil {
+			return unit{}, err
+		}
+		u := unit{texts: []string{text}, lastOnly: lastOnly}
+		for _, sp := range spans {
+			for _, b := range sp {
+				u.bounds = append(u.bounds, b)
+				if b == 0 || b == len(text) {
+					u.at = append(u.at, -1)
+					continue
+				}
+				u.at = append(u.at, len(u.texts))
+				u.texts = append(u.texts, text[:b])
+			}
+		}
+		return u, nil
+	case PhaseReward:
+		c, err := o.Chat.Reply(msgs, Answer(s.Chosen))
+		if err != nil {
+			return unit{}, err
+		}
+		r, err := o.Chat.Reply(msgs, Answer(s.Rejected))
+		if err != nil {
+			return unit{}, err
+		}
+		return unit{texts: []string{c, r}}, nil
+	}
+	t, err := o.Chat.Prompt(msgs)
+	if err != nil {
+		return unit{}, err
+	}
+	return unit{texts: []string{t}, msgs: msgs}, nil
+}
+
+// encodeFor encodes texts for o: with a chat template without the
+// tokenizer's special tokens (PlainEncoder), else with them.
+func encodeFor(o *Options, texts []string) ([][]int32, error) {
+	if o.Chat == nil {
+		return encodeAll(o.Tokenizer, texts)
+	}
+	out := o.Tokenizer.(PlainEncoder).EncodePlain(texts)
+	if len(out) != len(texts) {
+		return nil, fmt.Errorf("data: tokenizer returned %d encodings for %d texts", len(out), len(texts))
+	}
+	return out, nil
+}
+
+// buildExample makes a phase's example from the encodings of u.texts.
+// keep is false for a phase-3 prompt longer than MaxPromptLen.
+//
+// With a chat template, a loss span's byte offset b in the text maps to
+// the length of the common prefix of Encode(text[:b]) and Encode(text):
+// the tokens wholly before b when tokenization does not merge across b,
+// which holds at the real templates' turn boundaries (special tokens,
+// newlines); a token that crosses a span's start is in the span, one that
+// crosses its end is not.
+func buildExample(p Phase, u *unit, enc [][]int32, o *Options) (ex Example, keep, truncated bool) {
+	switch {
+	case p == PhaseSFT && o.Chat != nil:
+		full := enc[0]
+		pos := func(k int) int {
+			switch b := u.bounds[k]; {
+			case b == 0:
+				return 0
+			case b == len(u.texts[0]):
+				return len(full)
+			}
+			return commonPrefix(enc[u.at[k]], full)
+		}
+		ids := full
+		if o.AddEOS {
+			ids = append(ids[:len(ids):len(ids)], o.EOS)
+		}
+		ids, truncated = truncate(ids, o.MaxSeqLen)
+		var spans []int32
+		for k := 0; k+1 < len(u.bounds); k += 2 {
+			s, e := pos(k), pos(k+1)
+			if o.AddEOS && e == len(full) {
+				e++ // the appended EOS ends the answer
+			}
+			s, e = min(s, len(ids)), min(e, len(ids))
+			if s < e {
+				spans = append(spans, int32(s), int32(e))
+			}
+		}
+		ex = Example{IDs: ids, PromptLen: len(ids), Spans: spans}
+		if spans == nil {
+			ex.Spans = []int32{} // a template example: no span fits
+		} else {
+			ex.PromptLen = int(spans[0])
+		}
+		return ex, true, truncated
+	case p == PhaseSFT:
 		ids := enc[0]
 		if o.AddEOS {
 			ids = append(ids[:len(ids):len(ids)], o.EOS)
 		}
 		ids, truncated = truncate(ids, o.MaxSeqLen)
 		return Example{IDs: ids, PromptLen: commonPrefix(enc[1], ids)}, true, truncated
-	case PhaseReward:
+	case p == PhaseReward:
 		c, tc := truncate(enc[0], o.MaxSeqLen)
 		r, tr := truncate(enc[1], o.MaxSeqLen)
 		return Example{IDs: c, Rejected: r}, true, tc || tr
@@ -271,20 +435,25 @@ func buildExample(p Phase, enc [][]int32, o *Options) (ex Example, keep, truncat
 	if len(enc[0]) > o.MaxPromptLen {
 		return Example{}, false, false
 	}
-	return Example{IDs: enc[0]}, true, false
+	return Example{IDs: enc[0], Messages: u.msgs}, true, false
 }
 
 // NewExample tokenizes one sample for a phase with the semantics of Build.
-// keep is false when a phase-3 prompt is longer than MaxPromptLen.
+// keep is false when a phase-3 prompt is longer than MaxPromptLen. With a
+// chat template, a sample that cannot be rendered is an error.
 func NewExample(s Sample, p Phase, o Options) (ex Example, keep bool, err error) {
 	if err := o.check(p); err != nil {
 		return Example{}, false, err
 	}
-	enc, err := encodeAll(o.Tokenizer, phaseTexts(p, &s, &o))
+	u, err := prepare(p, &s, &o)
 	if err != nil {
 		return Example{}, false, err
 	}
-	ex, keep, _ = buildExample(p, enc, &o)
+	enc, err := encodeFor(&o, u.texts)
+	if err != nil {
+		return Example{}, false, err
+	}
+	ex, keep, _ = buildExample(p, &u, enc, &o)
 	return ex, keep, nil
 }
 
@@ -424,24 +593,40 @@ func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
 			return nil
 		}
 		var texts []string
+		units := make([]unit, len(pending))
+		ok := make([]bool, len(pending))
+		at := make([]int, len(pending)+1)
 		for i := range pending {
-			texts = append(texts, phaseTexts(phase, &pending[i].s, &o)...)
+			at[i] = len(texts)
+			u, err := prepare(phase, &pending[i].s, &o)
+			if err != nil {
+				st.unrendered(fmt.Errorf("dataset %s: row %d: %w", ds.Name, pending[i].row+1, err))
+				continue
+			}
+			units[i], ok[i] = u, true
+			texts = append(texts, u.texts...)
 		}
-		enc, err := encodeAll(o.Tokenizer, texts)
+		at[len(pending)] = len(texts)
+		enc, err := encodeFor(&o, texts)
 		if err != nil {
 			return err
 		}
-		per := len(texts) / len(pending)
 		built := make([]Example, 0, len(pending))
 		total := 0
 		for i, j := range pending {
-			ex, keep, tr := buildExample(phase, enc[i*per:(i+1)*per], &o)
+			if !ok[i] {
+				continue
+			}
+			ex, keep, tr := buildExample(phase, &units[i], enc[at[i]:at[i+1]], &o)
 			if !keep {
 				st.TooLong++
 				continue
 			}
 			if tr {
 				st.Truncated++
+			}
+			if units[i].lastOnly {
+				st.LastTurnOnly++
 			}
 			ex.Row = j.row
 			built = append(built, ex)
@@ -519,7 +704,7 @@ func Build(ds *Dataset, part Part, phase Phase, o Options) (*Set, error) {
 	st.Kept = int64(len(set.Examples))
 	set.Stats = []Stats{st}
 	if cachePath != "" {
-		if err := writeCache(cachePath, key, set); err != nil {
+		if err := writeCache(cachePath, key, set, o.Chat != nil); err != nil {
 			return nil, err
 		}
 	}

@@ -23,6 +23,11 @@ import (
 //	rejected   list<int32>  Example.Rejected (phase 2; null otherwise)
 //	prompt_len int32        Example.PromptLen
 //
+// and, for sets built with a chat template (Options.Chat), two more:
+//
+//	spans      list<int32>  Example.Spans (phase 1; null otherwise)
+//	messages   utf8         Example.Messages as JSON (phase 3; null otherwise)
+//
 // with the key text and the JSON Stats in the schema metadata. Files are
 // written to a temporary name in the cache folder and renamed into place, so
 // a reader never sees a partial file and a failed build writes nothing.
@@ -130,6 +135,11 @@ func cacheKey(ds *Dataset, part Part, phase Phase, files []string, o *Options) (
 	fmt.Fprintf(&b, "phase %d split %s seed %d\n", int(phase), o.split(), o.Seed)
 	fmt.Fprintf(&b, "tokenizer %q\n", o.TokenizerID)
 	fmt.Fprintf(&b, "skip_malformed %v\n", o.SkipMalformed)
+	if o.Chat != nil {
+		// Only templated sets have this line: the keys of DeepSpeed-Chat
+		// text sets are those of gochat before chat templates.
+		fmt.Fprintf(&b, "chat_template %s\n", o.Chat.Digest())
+	}
 	switch phase {
 	case PhaseSFT:
 		fmt.Fprintf(&b, "max_seq_len %d add_eos %v eos %d\n", o.MaxSeqLen, o.AddEOS, o.EOS)
@@ -146,18 +156,25 @@ func cacheName(key string) string {
 	return hex.EncodeToString(sum[:20]) + ".arrow"
 }
 
-func cacheSchema(key string, stats []byte) *arrow.Schema {
+func cacheSchema(key string, stats []byte, chat bool) *arrow.Schema {
 	md := arrow.NewMetadata([]string{metaKey, metaStats}, []string{key, string(stats)})
-	return arrow.NewSchema([]arrow.Field{
+	fields := []arrow.Field{
 		{Name: "row", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32)},
 		{Name: "rejected", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 		{Name: "prompt_len", Type: arrow.PrimitiveTypes.Int32},
-	}, &md)
+	}
+	if chat {
+		fields = append(fields,
+			arrow.Field{Name: "spans", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+			arrow.Field{Name: "messages", Type: arrow.BinaryTypes.String, Nullable: true})
+	}
+	return arrow.NewSchema(fields, &md)
 }
 
-// writeCache stores a set under path atomically.
-func writeCache(path, key string, set *Set) (err error) {
+// writeCache stores a set under path atomically; chat says it was built
+// with a chat template (the spans and messages columns).
+func writeCache(path, key string, set *Set, chat bool) (err error) {
 	stats, err := json.Marshal(set.Stats)
 	if err != nil {
 		return err
@@ -176,7 +193,7 @@ func writeCache(path, key string, set *Set) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	schema := cacheSchema(key, stats)
+	schema := cacheSchema(key, stats, chat)
 	w, err := ipc.NewFileWriter(tmp, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
 		return fmt.Errorf("data cache: %w", err)
@@ -189,6 +206,14 @@ func writeCache(path, key string, set *Set) (err error) {
 	rejB := rb.Field(2).(*array.ListBuilder)
 	rejV := rejB.ValueBuilder().(*array.Int32Builder)
 	plB := rb.Field(3).(*array.Int32Builder)
+	var spB *array.ListBuilder
+	var spV *array.Int32Builder
+	var msgB *array.StringBuilder
+	if chat {
+		spB = rb.Field(4).(*array.ListBuilder)
+		spV = spB.ValueBuilder().(*array.Int32Builder)
+		msgB = rb.Field(5).(*array.StringBuilder)
+	}
 	emit := func() error {
 		rec := rb.NewRecord()
 		defer rec.Release()
@@ -205,6 +230,23 @@ func writeCache(path, key string, set *Set) (err error) {
 			rejB.AppendNull()
 		}
 		plB.Append(int32(ex.PromptLen))
+		if chat {
+			if ex.Spans != nil {
+				spB.Append(true)
+				spV.AppendValues(ex.Spans, nil)
+			} else {
+				spB.AppendNull()
+			}
+			if ex.Messages != nil {
+				m, err := json.Marshal(ex.Messages)
+				if err != nil {
+					return fmt.Errorf("data cache: %w", err)
+				}
+				msgB.Append(string(m))
+			} else {
+				msgB.AppendNull()
+			}
+		}
 		if (i+1)%cacheRows == 0 {
 			if err := emit(); err != nil {
 				return fmt.Errorf("data cache: %w", err)
@@ -260,7 +302,7 @@ func readCache(path, key string) (set *Set, ok bool) {
 	}
 	for b := 0; b < r.NumRecords(); b++ {
 		rec, err := r.Record(b)
-		if err != nil || rec.NumCols() != 4 {
+		if err != nil || (rec.NumCols() != 4 && rec.NumCols() != 6) {
 			return nil, false
 		}
 		rows, ok1 := rec.Column(0).(*array.Int64)
@@ -278,6 +320,22 @@ func readCache(path, key string) (set *Set, ok bool) {
 		// One copy per record batch; examples are sub-slices of it.
 		idsBuf := append([]int32(nil), idsVals.Int32Values()...)
 		rejBuf := append([]int32(nil), rejVals.Int32Values()...)
+		var spans *array.List
+		var spBuf []int32
+		var msgs *array.String
+		if rec.NumCols() == 6 {
+			var ok7, ok8 bool
+			spans, ok7 = rec.Column(4).(*array.List)
+			msgs, ok8 = rec.Column(5).(*array.String)
+			if !ok7 || !ok8 {
+				return nil, false
+			}
+			spVals, ok9 := spans.ListValues().(*array.Int32)
+			if !ok9 {
+				return nil, false
+			}
+			spBuf = append([]int32{}, spVals.Int32Values()...)
+		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			ex := Example{Row: rows.Value(i), PromptLen: int(pl.Value(i))}
 			s, e := ids.ValueOffsets(i)
@@ -285,6 +343,15 @@ func readCache(path, key string) (set *Set, ok bool) {
 			if rej.IsValid(i) {
 				s, e := rej.ValueOffsets(i)
 				ex.Rejected = rejBuf[s:e:e]
+			}
+			if spans != nil && spans.IsValid(i) {
+				s, e := spans.ValueOffsets(i)
+				ex.Spans = spBuf[s:e:e]
+			}
+			if msgs != nil && msgs.IsValid(i) {
+				if json.Unmarshal([]byte(msgs.Value(i)), &ex.Messages) != nil {
+					return nil, false
+				}
 			}
 			set.Examples = append(set.Examples, ex)
 		}

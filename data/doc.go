@@ -49,13 +49,33 @@
 // sets pad = eos and skips "num_padding_at_beginning"; gochat does not need
 // to).
 //
+// # Chat templates
+//
+// With Options.Chat (a ChatFormat over a model's chat template) the phases
+// render conversations instead: Conversation parses Sample.Prompt into
+// alternating user/assistant messages ("\n\nHuman: q1\n\nAssistant: a1
+// \n\nHuman: q2\n\nAssistant:" gives user q1, assistant a1, user q2; the
+// " Human: q Assistant:" form and plain prompts one user message) and the
+// response, without its leading space, is the final assistant message.
+// Phase 1 is the rendered conversation with Example.Spans, the token ranges
+// of the assistant messages (ChatFormat.SFT), on which ResponseOnly puts
+// the loss; phase 2 the conversation with the chosen and with the rejected
+// answer, rendered, without EndText; phase 3 the conversation with the
+// generation prompt (Example.Messages keeps it). Rendered text is tokenized
+// without the tokenizer's own special tokens (PlainEncoder), as
+// transformers' apply_chat_template(tokenize=True). Rows that are no
+// conversation, or that the template refuses, are dropped and counted
+// (Stats.Unrendered). scripts/chat_data_golden.py renders the shared sample
+// with the real templates in Python (testdata/chat_golden.json).
+//
 // # Cache
 //
 // Built sets are cached as Arrow IPC files under a cache folder
 // (DefaultCacheDir), keyed by the files (path, size and a SHA-256 of the
 // bytes: an edit is seen even when it keeps the size and the modification
-// time), the adapter, part, phase, split, seed, tokenizer fingerprint and
-// lengths, so a second run reads the cache instead of tokenizing. A cache
+// time), the adapter, part, phase, split, seed, tokenizer fingerprint,
+// lengths and, for templated sets only, the chat template's digest, so a
+// second run reads the cache instead of tokenizing. A cache
 // file is written to a temporary name and renamed; a failed build writes
 // nothing.
 //

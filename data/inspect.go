@@ -16,6 +16,9 @@ type InspectOptions struct {
 	EndText      string
 	EOS          int32
 	Tokenizer    Tokenizer
+	// Chat renders the samples with a chat template (Options.Chat); it
+	// needs a Tokenizer.
+	Chat *ChatFormat
 	// Examples is the number of examples kept per phase: 0 means 3, a
 	// negative number none.
 	Examples int
@@ -29,8 +32,9 @@ type Report struct {
 	Root    string
 	Ignored []string
 	Parts   []PartReport
-	// Tokenized is true when a tokenizer was given.
-	Tokenized bool
+	// Tokenized is true when a tokenizer was given; Chat when the phases
+	// were built with a chat template.
+	Tokenized, Chat bool
 }
 
 // PartReport is one part (train or eval) of a dataset.
@@ -120,8 +124,16 @@ func Inspect(ds *Dataset, o InspectOptions) (*Report, error) {
 		return nil, fmt.Errorf("data: max lengths %d/%d, want >= 1", o.MaxSeqLen, o.MaxPromptLen)
 	}
 	bo := Options{Split: o.Split, Seed: o.Seed, MaxSeqLen: o.MaxSeqLen, MaxPromptLen: o.MaxPromptLen,
-		AddEOS: o.AddEOS, EndText: o.EndText, EOS: o.EOS, Tokenizer: o.Tokenizer}
-	rep := &Report{Dataset: ds.Name, Adapter: ds.Adapter, Root: ds.Root, Ignored: ds.Ignored, Tokenized: o.Tokenizer != nil}
+		AddEOS: o.AddEOS, EndText: o.EndText, EOS: o.EOS, Tokenizer: o.Tokenizer, Chat: o.Chat}
+	if o.Chat != nil {
+		if o.Tokenizer == nil {
+			return nil, fmt.Errorf("data: a chat template needs a tokenizer")
+		}
+		if err := bo.check(PhasePPO); err != nil {
+			return nil, err
+		}
+	}
+	rep := &Report{Dataset: ds.Name, Adapter: ds.Adapter, Root: ds.Root, Ignored: ds.Ignored, Tokenized: o.Tokenizer != nil, Chat: o.Chat != nil}
 	for _, part := range []Part{Train, Eval} {
 		pr, err := inspectPart(ds, part, &o, &bo)
 		if err != nil {
@@ -195,19 +207,30 @@ func inspectPart(ds *Dataset, part Part, o *InspectOptions, bo *Options) (PartRe
 			return nil
 		}
 		var texts []string
-		var at []int
+		at := make([]int, len(pending)+1)
+		units := make([]unit, len(pending))
+		ok := make([]bool, len(pending))
 		for i := range pending {
-			at = append(at, len(texts))
-			texts = append(texts, phaseTexts(Phase(pending[i].phase+1), &pending[i].s, bo)...)
+			at[i] = len(texts)
+			u, err := prepare(Phase(pending[i].phase+1), &pending[i].s, bo)
+			if err != nil {
+				pr.Phases[pending[i].phase].Stats.unrendered(fmt.Errorf("row %d: %w", pending[i].row+1, err))
+				continue
+			}
+			units[i], ok[i] = u, true
+			texts = append(texts, u.texts...)
 		}
-		enc, err := encodeAll(o.Tokenizer, texts)
+		at[len(pending)] = len(texts)
+		enc, err := encodeFor(bo, texts)
 		if err != nil {
 			return err
 		}
 		for i, j := range pending {
+			if !ok[i] {
+				continue
+			}
 			p := Phase(j.phase + 1)
-			n := len(phaseTexts(p, &j.s, bo))
-			e := enc[at[i] : at[i]+n]
+			e := enc[at[i]:at[i+1]]
 			st := &pr.Phases[j.phase].Stats
 			switch p {
 			case PhaseSFT:
@@ -222,7 +245,7 @@ func inspectPart(ds *Dataset, part Part, o *InspectOptions, bo *Options) (PartRe
 			default:
 				lengths[2][0] = append(lengths[2][0], len(e[0]))
 			}
-			ex, kept, tr := buildExample(p, e, bo)
+			ex, kept, tr := buildExample(p, &units[i], e, bo)
 			if !kept {
 				st.TooLong++
 				continue
@@ -230,6 +253,9 @@ func inspectPart(ds *Dataset, part Part, o *InspectOptions, bo *Options) (PartRe
 			st.Kept++
 			if tr {
 				st.Truncated++
+			}
+			if units[i].lastOnly {
+				st.LastTurnOnly++
 			}
 			ex.Row = j.row
 			keep(j.phase, j.pos, InspectExample{Row: j.row, Sample: j.s, Example: ex})

@@ -152,7 +152,7 @@ func LoadUnsupervised(ds *Dataset, column string, o Options) (*Set, error) {
 	st.Kept = int64(len(set.Examples))
 	set.Stats = []Stats{st}
 	if cachePath != "" {
-		if err := writeCache(cachePath, key, set); err != nil {
+		if err := writeCache(cachePath, key, set, false); err != nil {
 			return nil, err
 		}
 	}

@@ -63,6 +63,10 @@ type Options struct {
 	// IgnoreEOS keeps generating after EOS (benchmarks); normally a row
 	// stops at EOS.
 	IgnoreEOS bool
+	// StopIDs are more ids that end a row as EOS does (the tokenizer's
+	// other end-of-sequence ids, a chat template's end-of-turn token such
+	// as <|im_end|>); the stop token is part of the answer, as EOS is.
+	StopIDs []int32
 	// KeepInferenceCache keeps the inference workspace and the KV cache
 	// across Train (--keep-inference-cache): faster mode switches, more
 	// memory held during training.

@@ -441,6 +441,7 @@ func TestEOSAndMaxAnswerLen(t *testing.T) {
 	// Make row 0's third token the EOS: rows stop at their first EOS, the
 	// others are undisturbed.
 	eos := free.Answer(0)[2]
+	origEOS := m.Config.EOSTokenID
 	m.Config.EOSTokenID = int(eos)
 	r, err := newEngine(t, m, nil, Options{MaxAnswerLen: 9, Sample: greedy}).Generate(p)
 	if err != nil {
@@ -473,6 +474,31 @@ func TestEOSAndMaxAnswerLen(t *testing.T) {
 	}
 	if r.AnswerLen != longest {
 		t.Errorf("answer length %d, want the longest answer %d", r.AnswerLen, longest)
+	}
+
+	// StopIDs end rows as EOS does (a chat template's end of turn): rows
+	// stop at the first of either, the stop token included.
+	m.Config.EOSTokenID = origEOS
+	stop := free.Answer(1)[1]
+	e := newEngine(t, m, nil, Options{MaxAnswerLen: 9, Sample: greedy, StopIDs: []int32{eos, stop}})
+	if !e.Stops(stop) || !e.Stops(eos) || !e.Stops(int32(origEOS)) {
+		t.Errorf("Stops: stop %v, eos %v, model EOS %v", e.Stops(stop), e.Stops(eos), e.Stops(int32(origEOS)))
+	}
+	r, err = e.Generate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := range p.B {
+		want := free.Answer(b)
+		if i := slices.IndexFunc(want, func(x int32) bool { return x == eos || x == stop || int(x) == origEOS }); i >= 0 {
+			want = want[:i+1]
+		}
+		if !slices.Equal(r.Answer(b), want) {
+			t.Errorf("StopIDs, row %d: answer %v, want %v", b, r.Answer(b), want)
+		}
+	}
+	if r.AnswerLens[1] > 2 {
+		t.Errorf("row 1 did not stop at its stop id: %v", r.Answer(1))
 	}
 }
 

@@ -2,6 +2,7 @@ package hybridengine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gochat-ai/gochat/model"
@@ -97,7 +98,8 @@ func (s Stats) TokensPerSecond() float64 {
 // Options.MaxAnswerLen tokens, entering Generate mode first if the engine
 // is in Train mode (it stays in Generate mode; call Train to leave). The
 // prompt is prefilled into a KV cache in one chunk, then every step decodes
-// one token per row. A row stops after EOS (unless Options.IgnoreEOS) and
+// one token per row. A row stops after EOS or one of Options.StopIDs
+// (unless Options.IgnoreEOS) and
 // then feeds PAD with mask 0; decoding ends when every row has stopped or
 // MaxAnswerLen tokens were generated.
 func (e *Engine) Generate(p Prompts) (*Rollout, error) {
@@ -155,7 +157,7 @@ func (e *Engine) Generate(p Prompts) (*Rollout, error) {
 			answers[b*Ta+steps], lps[b*Ta+steps] = tok, lp
 			lens[b]++
 			next[b], nextMask[b] = tok, 1
-			if c.IsEOS(tok) && !e.opts.IgnoreEOS { // any of eos_token_id's ids (Llama-3 lists several)
+			if e.Stops(tok) && !e.opts.IgnoreEOS {
 				done[b] = true
 			} else {
 				live = true
@@ -194,6 +196,13 @@ func (e *Engine) Generate(p Prompts) (*Rollout, error) {
 	}
 	r.Stats = st
 	return r, nil
+}
+
+// Stops reports whether tok ends an answer: one of the model's EOS ids
+// (eos_token_id may list several, as Llama-3's does) or of
+// Options.StopIDs.
+func (e *Engine) Stops(tok int32) bool {
+	return e.m.Config.IsEOS(tok) || slices.Contains(e.opts.StopIDs, tok)
 }
 
 // rowSeed derives a row's sampling seed from the run's seed and the row's

@@ -66,10 +66,10 @@ type Data struct {
 	Unsup    []data.Example
 	UnsupLen int
 	// Show, when set, renders a prompt and its answer (ids, the answer with
-	// its EOS) as text for PrintAnswers: best the texts the reward model
+	// its EOS or stop token) as text for PrintAnswers: best the texts the reward model
 	// scores (reward.Texts).
 	Show func(prompt, answer []int32) (string, string, error)
-	// Check, when set, grades an answer (ids without EOS) to a prompt; each
+	// Check, when set, grades an answer (ids without EOS or stop token) to a prompt; each
 	// round then logs answer_accuracy, the fraction of the sampled answers
 	// it can grade that are right.
 	Check func(prompt, answer []int32) (right, ok bool)
@@ -143,12 +143,8 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 		cfg.Log.Info().Int("actor_zero_stage", int(cfg.ActorZeRO)).Int("critic_zero_stage", int(cfg.CriticZeRO)).
 			Int64("actor_state_bytes", ap+ag+as).Int64("critic_state_bytes", cp+cg+cs).Msg("trained state held per rank")
 	}
-	actor, err := m.Actor.Model()
-	if err != nil {
-		return nil, err
-	}
 	st := newStage(cfg, d, tr, g, func(p hybridengine.Prompts) (*Batch, error) { return tr.generate(p, false) })
-	st.isEOS = actor.Config.IsEOS
+	st.stops = m.Actor.Stops
 	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).
 		Int("rounds", tcfg.TotalSteps()).Int("ppo_iterations", cfg.Iterations).Msg("step 3")
 	start := time.Now()
@@ -197,7 +193,8 @@ func (cfg *RunConfig) check(m Models, d Data) error {
 // CheckLengths checks that the sequences of step 3 fit every model: the
 // actor and the reference see prompt + answer (maxPrompt + maxAnswer
 // positions), and so does the critic; the reward model sees prompt +
-// answer + the end text (rewardExtra more tokens). Errors name the model
+// answer + the end text, or the chat template's lead and end of turn
+// (rewardExtra more tokens). Errors name the model
 // and the flags to change.
 func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
 	actor, err := m.Actor.Model()
@@ -211,7 +208,7 @@ func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
 		n     int
 		extra string
 	}{{"actor", actor, n, ""}, {"critic", m.Critic, n, ""},
-		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text", rewardExtra)}} {
+		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text (or the chat template's end of turn)", rewardExtra)}} {
 		if x.m != nil && x.n > x.m.Config.MaxPositions {
 			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len%s = %d exceeds the %s's max_position_embeddings %d",
 				x.extra, x.n, x.name, x.m.Config.MaxPositions)
@@ -231,7 +228,7 @@ type stage struct {
 	col      data.Collator
 	unsupCol data.Collator
 	timing   Timing
-	isEOS    func(int32) bool // the actor's end-of-sequence ids
+	stops    func(tok int32) bool // whether tok ends an answer (hybridengine.Engine.Stops)
 	round    roundState
 	g        group
 	streams  int // over all ranks
@@ -306,7 +303,7 @@ func (s *stage) Batch(_ context.Context, idx []int, k int) (train.BatchStats, er
 	if s.d.Check != nil {
 		for _, r := range bt.Kept {
 			ans := bt.Rollout.Answer(r)
-			if n := len(ans); n > 0 && s.isEOS(ans[n-1]) {
+			if n := len(ans); n > 0 && s.stops(ans[n-1]) {
 				ans = ans[:n-1]
 			}
 			if right, ok := s.d.Check(exs[r].IDs, ans); ok {

@@ -3,11 +3,14 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gochat-ai/gochat/chattemplate"
+	"github.com/gochat-ai/gochat/data"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/tokenizer"
 )
@@ -20,6 +23,7 @@ type ChatOptions struct {
 	Revision     string
 	MaxNewTokens int
 	DType        string
+	ChatTemplate string
 	Sample       model.SampleOptions
 }
 
@@ -27,13 +31,18 @@ func newChatCmd(g *Globals, runF func(*ChatOptions) error) *cobra.Command {
 	opts := &ChatOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "chat --model DIR|HUB_ID",
-		Short: "Talk with a model, turn by turn, in the Human:/Assistant: format",
-		Long: `Multi-turn chat with a model in the format it was trained on:
-"\n\nHuman: <your line>\n\nAssistant:". Answers stream token by token and stop at
-EOS or where the model starts the next "Human:" turn. Type "clear" to forget the
-conversation, "quit" (or end the input) to leave. Reads lines from a terminal or
-a pipe; on a pipe only the answers are printed, one per line (newlines inside
-an answer become spaces).`,
+		Short: "Talk with a model, turn by turn, in its chat template or the Human:/Assistant: format",
+		Long: `Multi-turn chat with a model in the format it was trained on. With a chat
+template (--chat-template auto, the default, when the tokenizer has one; or
+FILE) the conversation is a list of messages rendered with the template and its
+generation prompt, and an answer stops at EOS or the template's end of turn
+(<|im_end|>, <|eot_id|>). Without one (OPT, or --chat-template none) it is
+DeepSpeed-Chat's "\n\nHuman: <your line>\n\nAssistant:" text, and an answer stops
+at EOS or where the model starts the next "Human:" turn. Answers stream token
+by token; when the conversation outgrows the model, its oldest turns are
+dropped. Type "clear" to forget the conversation, "quit" (or end the input) to
+leave. Reads lines from a terminal or a pipe; on a pipe only the answers are
+printed, one per line (newlines inside an answer become spaces).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Model == "" {
@@ -58,6 +67,7 @@ an answer become spaces).`,
 	f.StringVar(&opts.Revision, "revision", "", "Hub revision (branch, tag or commit) of a model named by Hub id (default main)")
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 128, "most tokens per answer")
 	bindDType(f, &opts.DType)
+	bindChatTemplate(f, &opts.ChatTemplate)
 	bindSampleFlags(f, &opts.Sample)
 	return cmd
 }
@@ -86,6 +96,10 @@ func runChat(opts *ChatOptions) error {
 	if err != nil {
 		return err
 	}
+	chat, err := resolveChatTemplate(opts.ChatTemplate, tokDir, tok)
+	if err != nil {
+		return err
+	}
 	// Answers get at most half the model's positions, so that a turn
 	// always has room for the conversation so far.
 	if most := m.Config.MaxPositions / 2; opts.MaxNewTokens > most {
@@ -93,12 +107,18 @@ func runChat(opts *ChatOptions) error {
 			opts.MaxNewTokens, m.Config.MaxPositions, most)
 		opts.MaxNewTokens = most
 	}
+	var conv chatConversation = &textConversation{tok: tok}
+	stops := []int32{int32(m.Config.EOSTokenID)}
+	if chat != nil {
+		conv = &templateConversation{tok: tok, cf: chat}
+		stops = append(stops, stopIDs(tok, chat)...)
+	}
+	limit := m.Config.MaxPositions - opts.MaxNewTokens
 	interactive := isTerminal(opts.g.Out)
 	out := bufio.NewWriter(opts.g.Out)
 	defer out.Flush()
 	in := bufio.NewScanner(opts.g.In)
 	in.Buffer(make([]byte, 1<<20), 1<<24)
-	history := ""
 	for {
 		if interactive {
 			fmt.Fprint(out, "Human: ")
@@ -114,14 +134,12 @@ func runChat(opts *ChatOptions) error {
 		case "quit", "exit":
 			return nil
 		case "clear":
-			history = ""
+			conv.clear()
 			continue
 		}
-		history += "\n\nHuman: " + line + "\n\nAssistant:"
-		ids := tok.Encode(history, true)
-		// Keep the most recent tokens that leave room for the answer.
-		if limit := m.Config.MaxPositions - opts.MaxNewTokens; len(ids) > limit {
-			ids = append(ids[:1:1], ids[len(ids)-limit+1:]...)
+		ids, err := conv.ask(line, limit)
+		if err != nil {
+			return err
 		}
 		s, err := model.NewSampler(opts.Sample)
 		if err != nil {
@@ -136,16 +154,17 @@ func runChat(opts *ChatOptions) error {
 			}
 			fmt.Fprint(out, seg)
 		}
+		cut := conv.turnEnd()
 		var answer []int32
 		shown := 0 // bytes of the answer already printed
 		text := ""
 		_, err = m.GenerateStream([][]int32{ids}, opts.MaxNewTokens, s, func(_ int, t int32) bool {
-			if int(t) == m.Config.EOSTokenID {
+			if slices.Contains(stops, t) {
 				return false
 			}
 			answer = append(answer, t)
 			text, _ = tok.Decode(answer, true)
-			if i := strings.Index(text, turnEnd); i >= 0 {
+			if i := strings.Index(text, cut); cut != "" && i >= 0 {
 				text = text[:i]
 				return false
 			}
@@ -155,7 +174,7 @@ func runChat(opts *ChatOptions) error {
 			for end > shown && !utf8.ValidString(text[shown:end]) {
 				end--
 			}
-			if j := strings.LastIndex(text[:end], "\n"); j >= shown && strings.HasPrefix(turnEnd, text[j:end]) {
+			if j := strings.LastIndex(text[:end], "\n"); cut != "" && j >= shown && strings.HasPrefix(cut, text[j:end]) {
 				end = j
 			}
 			if end > shown {
@@ -174,6 +193,75 @@ func runChat(opts *ChatOptions) error {
 		}
 		fmt.Fprintln(out)
 		out.Flush()
-		history += text
+		conv.answer(text)
 	}
 }
+
+// chatConversation is the conversation `gochat chat` holds: DeepSpeed-Chat's
+// text or a chat template's messages.
+type chatConversation interface {
+	// ask adds the user's line and returns the prompt's ids, at most limit.
+	ask(line string, limit int) ([]int32, error)
+	// answer adds the model's answer.
+	answer(text string)
+	clear()
+	// turnEnd is text that ends an answer where the model starts the
+	// user's next turn ("" for none).
+	turnEnd() string
+}
+
+// textConversation is DeepSpeed-Chat's "\n\nHuman: ...\n\nAssistant:" text.
+type textConversation struct {
+	tok     *tokenizer.Tokenizer
+	history string
+}
+
+func (c *textConversation) ask(line string, limit int) ([]int32, error) {
+	c.history += "\n\nHuman: " + line + "\n\nAssistant:"
+	ids := c.tok.Encode(c.history, true)
+	// Keep the most recent tokens that leave room for the answer.
+	if len(ids) > limit {
+		ids = append(ids[:1:1], ids[len(ids)-limit+1:]...)
+	}
+	return ids, nil
+}
+
+func (c *textConversation) answer(text string) { c.history += text }
+func (c *textConversation) clear()             { c.history = "" }
+func (c *textConversation) turnEnd() string    { return turnEnd }
+
+// templateConversation is a list of messages rendered with a chat
+// template and its generation prompt, tokenized as apply_chat_template
+// tokenizes (no added BOS). The answer ends at the template's end of turn
+// (stopIDs).
+type templateConversation struct {
+	tok  *tokenizer.Tokenizer
+	cf   *data.ChatFormat
+	msgs []chattemplate.Message
+}
+
+func (c *templateConversation) ask(line string, limit int) ([]int32, error) {
+	c.msgs = append(c.msgs, chattemplate.Message{Role: "user", Content: line})
+	for {
+		text, err := c.cf.Prompt(c.msgs)
+		if err != nil {
+			c.msgs = c.msgs[:len(c.msgs)-1]
+			return nil, err
+		}
+		ids := c.tok.Encode(text, false)
+		if len(ids) <= limit {
+			return ids, nil
+		}
+		if len(c.msgs) < 3 {
+			// One question longer than the room left: its last tokens.
+			return ids[len(ids)-limit:], nil
+		}
+		c.msgs = c.msgs[2:] // forget the oldest exchange
+	}
+}
+
+func (c *templateConversation) answer(text string) {
+	c.msgs = append(c.msgs, chattemplate.Message{Role: "assistant", Content: c.cf.ReplyContent(text)})
+}
+func (c *templateConversation) clear()          { c.msgs = nil }
+func (c *templateConversation) turnEnd() string { return "" }

@@ -32,6 +32,7 @@ type DataInspectOptions struct {
 	Adapter         string
 	Columns         data.ColumnMap
 	Examples        int
+	ChatTemplate    string
 	split           data.Split
 }
 
@@ -67,7 +68,10 @@ A path whose name contains a registered dataset name uses its adapter, as
 DeepSpeed-Chat does; --adapter forces one; other files use the column mapping.
 
 Without --tokenizer nothing is tokenized: token lengths, too-long prompts and
-truncated sequences are not reported.`,
+truncated sequences are not reported. With a tokenizer that has a chat template
+(--chat-template auto, the default; or FILE) the phases are built as the
+training commands build them with it: rendered conversations, rows that are no
+conversation counted as dropped.`,
 		Example: `  gochat data inspect Dahoas/rm-static --tokenizer ../opt-125m
   gochat data inspect ../shared/data/rm-static-sample/sample.parquet --adapter Dahoas/rm-static
   gochat data inspect pairs.jsonl --prompt-column question --chosen-column good --rejected-column bad`,
@@ -111,6 +115,7 @@ truncated sequences are not reported.`,
 	f.StringVar(&opts.Columns.Chosen, "chosen-column", "chosen", "chosen-response column of a generic file (\"\" for none)")
 	f.StringVar(&opts.Columns.Rejected, "rejected-column", "rejected", "rejected-response column of a generic file (\"\" for none)")
 	f.IntVar(&opts.Examples, "examples", 3, "examples shown per phase")
+	bindChatTemplate(f, &opts.ChatTemplate)
 	return cmd
 }
 
@@ -125,6 +130,12 @@ type dataTokenizer struct {
 func (d dataTokenizer) Encode(s string) []int32 { return d.t.Encode(s, true) }
 func (d dataTokenizer) EncodeBatch(s []string) [][]int32 {
 	return d.t.EncodeBatch(s, true, d.threads)
+}
+
+// EncodePlain encodes without the tokenizer's special tokens, as a
+// rendered chat template is tokenized (data.PlainEncoder).
+func (d dataTokenizer) EncodePlain(s []string) [][]int32 {
+	return d.t.EncodeBatch(s, false, d.threads)
 }
 
 // loadDataTokenizer loads a tokenizer for the data package with its special
@@ -175,6 +186,9 @@ func runDataInspect(opts *DataInspectOptions) error {
 			return err
 		}
 		iopts.Tokenizer, iopts.EOS = tok, eos
+		if iopts.Chat, err = resolveChatTemplate(opts.ChatTemplate, dir, tok.t); err != nil {
+			return err
+		}
 	}
 	rep, err := data.Inspect(ds, iopts)
 	if err != nil {
@@ -223,14 +237,14 @@ func writeReport(w io.Writer, rep *data.Report, opts *DataInspectOptions) error 
 		}
 		p.printf("  schema  %s\n", strings.Join(schema, ", "))
 		tw := tabwriter.NewWriter(p, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "  phase\trows\tkept\tempty\tmalformed\ttoo long\ttruncated\t\n")
+		fmt.Fprintf(tw, "  phase\trows\tkept\tempty\tmalformed\ttoo long\ttruncated\t%s\n", unrenderedHead(rep))
 		for k, ph := range part.Phases {
 			st := ph.Stats
 			tooLong, trunc := "-", "-"
 			if rep.Tokenized {
 				tooLong, trunc = fmt.Sprint(st.TooLong), fmt.Sprint(st.Truncated)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", phaseName(k), st.Selected, st.Kept, st.Empty, st.Malformed, tooLong, trunc)
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", phaseName(k), st.Selected, st.Kept, st.Empty, st.Malformed, tooLong, trunc, unrenderedCell(rep, st))
 		}
 		tw.Flush()
 		if rep.Tokenized {
@@ -248,6 +262,9 @@ func writeReport(w io.Writer, rep *data.Report, opts *DataInspectOptions) error 
 			for _, e := range ph.Stats.Errors {
 				p.printf("  phase %d malformed: %s\n", k+1, e)
 			}
+			for _, e := range ph.Stats.RenderErrors {
+				p.printf("  phase %d not rendered: %s\n", k+1, e)
+			}
 		}
 	}
 	if !rep.Tokenized {
@@ -262,6 +279,22 @@ func writeReport(w io.Writer, rep *data.Report, opts *DataInspectOptions) error 
 		}
 	}
 	return p.err
+}
+
+// unrenderedHead and unrenderedCell add the "not rendered" column of a
+// report made with a chat template.
+func unrenderedHead(rep *data.Report) string {
+	if !rep.Chat {
+		return ""
+	}
+	return "not rendered\t"
+}
+
+func unrenderedCell(rep *data.Report, st data.Stats) string {
+	if !rep.Chat {
+		return ""
+	}
+	return fmt.Sprintf("%d\t", st.Unrendered)
 }
 
 // writeExample prints one example: the texts the phase uses and, with a

@@ -40,14 +40,14 @@ func TestDataInspectFlags(t *testing.T) {
 		{[]string{"Dahoas/rm-static"}, DataInspectOptions{
 			Dataset: "Dahoas/rm-static", DataSplit: "2,4,4", Seed: 1234, MaxSeqLen: 512, MaxPromptSeqLen: 256,
 			EndText: "<|endoftext|>", Columns: data.ColumnMap{Prompt: "prompt", Chosen: "chosen", Rejected: "rejected"},
-			Examples: 3, split: data.Split{2, 4, 4}}},
+			Examples: 3, ChatTemplate: "auto", split: data.Split{2, 4, 4}}},
 		{[]string{"x.jsonl", "--tokenizer", "tok", "--data-split", "6,2,2", "--seed", "7", "--max-seq-len", "128",
 			"--max-prompt-seq-len", "64", "--add-eot-token", "--end-text", "", "--prompt-column", "q",
-			"--chosen-column", "good", "--rejected-column", "", "--examples", "0", "--adapter", "stanfordnlp/SHP"},
+			"--chosen-column", "good", "--rejected-column", "", "--examples", "0", "--adapter", "stanfordnlp/SHP", "--chat-template", "none"},
 			DataInspectOptions{
 				Dataset: "x.jsonl", Tokenizer: "tok", DataSplit: "6,2,2", Seed: 7, MaxSeqLen: 128, MaxPromptSeqLen: 64,
 				AddEOTToken: true, Adapter: "stanfordnlp/SHP", Columns: data.ColumnMap{Prompt: "q", Chosen: "good"},
-				split: data.Split{6, 2, 2}}},
+				ChatTemplate: "none", split: data.Split{6, 2, 2}}},
 	} {
 		var got *DataInspectOptions
 		cmd := newDataCmd(&Globals{}, func(o *DataInspectOptions) error { got = o; return nil })

@@ -17,7 +17,7 @@ import (
 func logDataStats(g *Globals, lenFlag string, stats []data.Stats) {
 	for _, st := range stats {
 		step := stepOf(st.Phase)
-		if dropped := st.Empty + st.Malformed + st.TooLong; dropped > 0 {
+		if dropped := st.Empty + st.Malformed + st.TooLong + st.Unrendered; dropped > 0 {
 			var why []string
 			cols := make([]string, 0, len(st.Nulls))
 			for c := range st.Nulls {
@@ -40,9 +40,16 @@ func logDataStats(g *Globals, lenFlag string, stats []data.Stats) {
 			if st.TooLong > 0 {
 				why = append(why, fmt.Sprintf("%d prompts longer than %s", st.TooLong, lenFlag))
 			}
+			if st.Unrendered > 0 {
+				s := fmt.Sprintf("%d not rendered with the chat template", st.Unrendered)
+				if len(st.RenderErrors) > 0 {
+					s += fmt.Sprintf(", the first: %s", st.RenderErrors[0])
+				}
+				why = append(why, s)
+			}
 			g.Log.Warn().Str("dataset", st.Dataset).Str("split", st.Part).Int("step", st.Phase).
 				Int64("selected", st.Selected).Int64("dropped", dropped).Int64("null_cells", st.Empty).
-				Int64("malformed", st.Malformed).Int64("too_long", st.TooLong).
+				Int64("malformed", st.Malformed).Int64("too_long", st.TooLong).Int64("unrendered", st.Unrendered).
 				Msgf("dataset %s: %d of %d %s rows of its %s split dropped: %s", st.Dataset, dropped, st.Selected,
 					step, st.Part, strings.Join(why, "; "))
 		}
@@ -52,6 +59,19 @@ func logDataStats(g *Globals, lenFlag string, stats []data.Stats) {
 				Msgf("dataset %s: %d of %d %s examples of its %s split cut at %s", st.Dataset, st.Truncated, st.Kept,
 					step, st.Part, lenFlag)
 		}
+	}
+}
+
+// warnLastTurnOnly says which step-1 examples take the loss on their last
+// assistant turn only (data.ChatFormat.SFT) and what to do about it.
+func warnLastTurnOnly(g *Globals, template string, stats []data.Stats) {
+	for _, st := range stats {
+		if st.LastTurnOnly == 0 {
+			continue
+		}
+		g.Log.Warn().Str("dataset", st.Dataset).Str("split", st.Part).Int64("last_turn_only", st.LastTurnOnly).Int64("kept", st.Kept).
+			Msgf("dataset %s: %d of %d step-1 examples of its %s split take the loss on the last assistant turn only: the chat template %s renders earlier assistant turns differently once later turns follow (as Qwen3's drops their <think> blocks), so their tokens cannot be located; give --chat-template FILE a training template that renders every turn the same way to train on all of them",
+				st.Dataset, st.LastTurnOnly, st.Kept, st.Part, template)
 	}
 }
 

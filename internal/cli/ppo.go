@@ -80,10 +80,17 @@ type PPOOptions struct {
 	UnsupColumn           string
 	Revision              string `json:",omitempty"`
 	DataRevision          string `json:",omitempty"`
-	split                 data.Split
+	// ChatTemplate is --chat-template; ChatDigest the resolved template's
+	// digest, "" for DeepSpeed-Chat's text (fingerprints of runs without a
+	// template are those from before the flag).
+	ChatTemplate string `json:"-"`
+	ChatDigest   string `json:",omitempty"`
+	split        data.Split
 	// The local directories of Actor, Critic, Reward and Tokenizer (Hub
 	// snapshots for Hub ids).
 	actorDir, criticDir, rewardDir, tokDir string
+	// chat is the resolved --chat-template (nil: DeepSpeed-Chat's text).
+	chat *data.ChatFormat
 	// check grades an answer to a prompt (a recipe generator's checker);
 	// with it, each round logs answer_accuracy, the fraction of sampled
 	// answers that are right. ok is false for a prompt it cannot grade.
@@ -106,7 +113,16 @@ log-probs come from dropout-free passes; TRL and OpenRLHF do the same). The outp
 directory receives actor/, critic/ (and actor_ema/) as Hugging Face
 directories, metrics.jsonl, training curves and timing.json; during the run a
 checkpoint/ (every --save-interval generation batches, else each epoch) lets
---resume continue a killed run to bit-identical results.`,
+--resume continue a killed run to bit-identical results.
+
+With a chat template (--chat-template auto, the default, when the tokenizer
+has one; or FILE) the prompts are the conversations rendered with the
+generation prompt, generation stops at the tokenizer's EOS ids and the
+template's end-of-turn token (<|im_end|>, <|eot_id|>), and the reward model
+scores the conversation with the answer as the last assistant message,
+rendered as step 2 rendered its pairs (--reward-end-text is not used).
+Without one the prompts are DeepSpeed-Chat's "\n\nHuman: ...\n\nAssistant:"
+text, as before.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			estimate := forEstimate(cmd)
@@ -231,7 +247,8 @@ checkpoint/ (every --save-interval generation batches, else each epoch) lets
 	f.Float64Var(&o.Config.UnsupCoef, "unsup-coef", o.Config.UnsupCoef, "weight of the unsupervised LM loss (with --unsupervised-dataset)")
 	f.StringVar(&o.DataCache, "data-cache", "", "tokenized-data cache folder (\"off\" disables)")
 	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp)
-	f.StringVar(&o.EndText, "reward-end-text", data.DefaultEndText, "text appended to answers before the reward model scores them, as in step 2 (\"\" for none)")
+	f.StringVar(&o.EndText, "reward-end-text", data.DefaultEndText, "text appended to answers before the reward model scores them, as in step 2 (\"\" for none; not with a chat template)")
+	bindChatTemplate(f, &o.ChatTemplate)
 	return cmd
 }
 
@@ -265,6 +282,25 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	if err := o.checkValueHeads(ranks.writer()); err != nil {
 		return err
+	}
+	// The tokenizer and the chat template come first: the template is part
+	// of the run's fingerprint.
+	dt, tokEOS, pad, fp, err := loadDataTokenizer(o.tokDir, o.g.Threads)
+	if err != nil {
+		return err
+	}
+	tok := dt.t
+	chat, err := resolveChatTemplate(o.ChatTemplate, o.tokDir, tok)
+	if err != nil {
+		return err
+	}
+	o.chat = chat
+	if chat != nil {
+		o.ChatDigest = chat.Digest()
+		log.Info().Str("chat_template", chatName(o.ChatTemplate, chat)).Msg("step 3 renders the prompts with the chat template")
+		if o.EndText != data.DefaultEndText {
+			log.Warn().Str("reward_end_text", o.EndText).Msg("--reward-end-text is not used with a chat template: the template's end of turn ends the answer")
+		}
 	}
 	o.Streams = o.GradAccum * ranks.comm.Size()
 	begin, release, err := ranks.claimRunDir(o.g, dev, o.OutputDir, o, &o.Resume, o.Overwrite)
@@ -312,19 +348,24 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	sample := o.Sample
 	sample.Seed = o.Seed
+	var stops []int32 // more ids than the actor's EOS that end an answer
+	for _, id := range stopIDs(tok, chat) {
+		if int(id) != actor.Config.EOSTokenID && int(id) < actor.Config.VocabSize {
+			stops = append(stops, id)
+		}
+	}
 	eng, err := hybridengine.New(actor, actorLoRA, hybridengine.Options{MaxAnswerLen: o.MaxAnswerLen, Sample: sample,
-		KeepInferenceCache: o.KeepCache, GradientCheckpointing: o.ActorCkpt})
+		KeepInferenceCache: o.KeepCache, GradientCheckpointing: o.ActorCkpt, StopIDs: stops})
 	if err != nil {
 		return err
 	}
 	models := ppo.Models{Actor: eng, ActorLoRA: actorLoRA, Ref: ref, Critic: critic, CriticLoRA: criticLoRA, Reward: rm}
-	dt, tokEOS, pad, fp, err := loadDataTokenizer(o.tokDir, o.g.Threads)
-	if err != nil {
-		return err
-	}
-	tok := dt.t
 	endLen := 0
-	if o.EndText != "" {
+	switch {
+	case chat != nil:
+		// The rendered answer adds the template's lead and end of turn.
+		endLen = len(tok.Encode(chat.Lead, false)) + len(tok.Encode(chat.End, false))
+	case o.EndText != "":
 		endLen = len(tok.Encode(o.EndText, false))
 	}
 	if err := ppo.CheckLengths(models, o.MaxPromptLen, o.MaxAnswerLen, endLen); err != nil {
@@ -332,17 +373,22 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	}
 	eos := int32(actor.Config.EOSTokenID)
 	dopts := data.Options{Split: o.split, Seed: uint32(o.Seed), MaxPromptLen: o.MaxPromptLen, MaxAnswerLen: o.MaxAnswerLen,
-		EOS: tokEOS, PAD: pad, Tokenizer: dt, TokenizerID: fp, CacheDir: dataCacheDir(o.DataCache)}
+		EOS: tokEOS, PAD: pad, Tokenizer: dt, TokenizerID: fp, CacheDir: dataCacheDir(o.DataCache), Chat: chat}
 	d, err := o.loadData(actor, tok, eos, dopts)
 	if err != nil {
 		return err
+	}
+	rewardSeq := rewardSequence(tok, eos, o.EndText)
+	if chat != nil {
+		cr := newChatReward(tok, chat, d.Prompts, eng.Stops)
+		rewardSeq, d.Show = cr.sequence, cr.texts
 	}
 	rc := ppo.RunConfig{Config: o.Config, Options: ppo.Options{ActorWeightDecay: o.ActorWD, CriticWeightDecay: o.CriticWD,
 		ActorLoRALR: o.ActorLoRALR, CriticLoRALR: o.CriticLoRALR, OnlyOptimizeLoRA: o.OnlyLoRA,
 		Schedule: o.Scheduler, Warmup: o.Warmup, MaxGradNorm: o.MaxGradNorm,
 		ActorDropout: o.ActorDropout, CriticDropout: o.CriticDropout, CriticCheckpointing: o.CriticCkpt,
 		EnableEMA: o.EnableEMA, Seed: o.Seed,
-		RewardSequence: rewardSequence(tok, eos, o.EndText),
+		RewardSequence: rewardSeq,
 		Comm:           ranks.comm, ActorZeRO: zero.Stage(o.ActorZeRO), CriticZeRO: zero.Stage(o.CriticZeRO)},
 		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, GradAccum: o.GradAccum, Epochs: o.Epochs, MaxSteps: o.MaxSteps,
 		SaveEvery: o.SaveInterval, Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume,
@@ -445,6 +491,7 @@ func (o *PPOOptions) loadData(actor *model.Model, tok *tokenizer.Tokenizer, eos 
 	d := ppo.Data{Prompts: prompts.Examples, PromptLen: o.MaxPromptLen, PAD: int32(actor.Config.PadTokenID),
 		Show: func(prompt, answer []int32) (string, string, error) { return reward.Texts(tok, prompt, answer, eos) }}
 	if o.UnsupData != "" {
+		dopts.Chat = nil // plain text
 		set, err := o.loadUnsupervised(dopts)
 		if err != nil {
 			return ppo.Data{}, err
@@ -522,7 +569,10 @@ func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, cri
 		return err
 	}
 	save := func(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir string) error {
-		return saveModelDir(m, lo, loraParams, dir, o.tokDir)
+		if err := saveModelDir(m, lo, loraParams, dir, o.tokDir); err != nil {
+			return err
+		}
+		return saveChatTemplate(dir, o.ChatTemplate, o.chat)
 	}
 	if err := save(actor, actorLoRA, nil, filepath.Join(o.OutputDir, "actor")); err != nil {
 		return err

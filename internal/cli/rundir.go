@@ -21,8 +21,10 @@ const runFile = "run.json"
 const replacedDir = ".gochat-replaced"
 
 // tokenizerFiles are the Hugging Face tokenizer files gochat reads from a
-// model directory and copies into the directories it saves.
-var tokenizerFiles = []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"}
+// model directory and copies into the directories it saves (with the chat
+// template, which transformers keeps in chat_template.jinja or in
+// tokenizer_config.json).
+var tokenizerFiles = []string{"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", chatTemplateFile}
 
 // runOutputs are the names (filepath.Match patterns) of everything a
 // training command writes into its output directory, the lock file

@@ -74,6 +74,11 @@ type StageOptions struct {
 	Columns       data.ColumnMap
 	Revision      string `json:"revision,omitempty"`
 	DataRevision  string `json:"data_revision,omitempty"`
+	// ChatTemplate is --chat-template; ChatDigest the resolved template's
+	// digest, "" for DeepSpeed-Chat's text (so runs without a template keep
+	// the fingerprints they had before the flag).
+	ChatTemplate string `json:"-"`
+	ChatDigest   string `json:"chat_template,omitempty"`
 	// Ranks is the number of data-parallel ranks. A run's fingerprint
 	// holds the global batch (per-device batch × accumulation × ranks)
 	// instead: the same global batch on another number of ranks computes
@@ -84,6 +89,12 @@ type StageOptions struct {
 	// modelDir and tokDir are the local directories of Model and Tokenizer
 	// (Hub snapshots for Hub ids).
 	modelDir, tokDir string
+	// The tokenizer as data uses it, its special ids and fingerprint, and
+	// the resolved --chat-template (nil: DeepSpeed-Chat's text).
+	dtok     dataTokenizer
+	eos, pad int32
+	tokFP    string
+	chat     *data.ChatFormat
 }
 
 func newSFTCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
@@ -99,7 +110,23 @@ checkpoint/ for --resume.
 
 --loss-on response (the default) takes the loss on response tokens only, the
 way instruction tuning is usually done: the prompt is given, the model learns
-to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.`,
+to answer it. --loss-on all takes it on every token, as DeepSpeed-Chat does.
+
+--chat-template auto (the default) renders each row as a chat conversation
+with the tokenizer's chat template when it has one: the DeepSpeed-Chat prompt
+"\n\nHuman: q1\n\nAssistant: a1\n\nHuman: q2\n\nAssistant:" becomes the
+messages user q1, assistant a1, user q2, the chosen response the final
+assistant message, and the rendered text is tokenized without the tokenizer's
+own BOS (a template writes its own, as apply_chat_template(tokenize=True)).
+--loss-on response then takes the loss on every assistant message (its text
+and the template's end of turn). A template that renders earlier assistant
+turns differently once later turns follow (Qwen3 drops their <think> blocks)
+gets the loss on the last assistant turn only, with a warning: give
+--chat-template FILE a training template that renders every turn alike to
+train on them all. Rows whose prompt is not alternating Human/Assistant turns
+are dropped and counted. Without a template (OPT), or with --chat-template
+none, rows are DeepSpeed-Chat's text as before. --chat-template FILE renders
+with that Jinja file and writes it to the output as chat_template.jinja.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.LossOn != "response" && opts.LossOn != "all" {
@@ -123,7 +150,12 @@ per token) trained with the pairwise loss over the span where chosen and
 rejected differ (the phase-2 slice of --data-split). Reports accuracy (chosen
 score > rejected score) and the mean chosen and rejected scores. The output is
 a Hugging Face directory with v_head.weight beside the decoder weights, plus
-metrics, plots and checkpoint/ as for sft.`,
+metrics, plots and checkpoint/ as for sft.
+
+With a chat template (--chat-template, as for sft) the chosen and rejected
+sequences are the conversation with that answer as the last assistant message,
+rendered (no --reward-end-text: the template's end of turn ends the answer);
+the score is read at the last token as without one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return opts.check(cmd, runF) },
 	}
@@ -173,6 +205,7 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.StringVar(&o.Columns.Chosen, "chosen-column", "chosen", "chosen-response column of generic files")
 	f.StringVar(&o.Columns.Rejected, "rejected-column", "rejected", "rejected-response column of generic files")
 	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp)
+	bindChatTemplate(f, &o.ChatTemplate)
 }
 
 func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error) error {
@@ -265,6 +298,18 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	}
 	if err := resolveAndPreflight(o.g, o.Revision, resolve, o.preflight, [2]string{"--model", o.Model}); err != nil {
 		return err
+	}
+	// The tokenizer and the chat template come first: the template is part
+	// of the run's fingerprint.
+	if o.dtok, o.eos, o.pad, o.tokFP, err = loadDataTokenizer(o.tokDir, o.g.Threads); err != nil {
+		return err
+	}
+	if o.chat, err = resolveChatTemplate(o.ChatTemplate, o.tokDir, o.dtok.t); err != nil {
+		return err
+	}
+	if o.chat != nil {
+		o.ChatDigest = o.chat.Digest()
+		log.Info().Str("chat_template", chatName(o.ChatTemplate, o.chat)).Msgf("step %d renders the data with the chat template", o.Step)
 	}
 	o.Ranks = ranks.comm.Size()
 	o.GlobalBatch = o.TrainBatch * o.GradAccum * o.Ranks
@@ -367,10 +412,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 
 // loadData builds the step's training and evaluation examples.
 func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, err error) {
-	tok, eos, pad, fp, err := loadDataTokenizer(o.tokDir, o.g.Threads)
-	if err != nil {
-		return nil, nil, err
-	}
+	tok, eos, pad, fp := o.dtok, o.eos, o.pad, o.tokFP
 	if int(eos) >= m.Config.VocabSize || int(pad) >= m.Config.VocabSize {
 		return nil, nil, fmt.Errorf("tokenizer %s: special ids exceed the model's vocabulary (%d)", o.Tokenizer, m.Config.VocabSize)
 	}
@@ -385,7 +427,7 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 	}
 	dopts := data.Options{Split: o.split, Seed: uint32(o.Seed), MaxSeqLen: o.MaxSeqLen, AddEOS: o.AddEOT,
 		EndText: data.DefaultEndText, EOS: eos, PAD: pad, Tokenizer: tok, TokenizerID: fp, CacheDir: cache,
-		SkipMalformed: o.SkipMalformed}
+		SkipMalformed: o.SkipMalformed, Chat: o.chat}
 	trainSet, evalSet, err = data.Load(dss, nil, phase, dopts)
 	if err != nil {
 		return nil, nil, err
@@ -393,6 +435,9 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 	lenFlag := fmt.Sprintf("--max-seq-len %d", o.MaxSeqLen)
 	logDataStats(o.g, lenFlag, trainSet.Stats)
 	logDataStats(o.g, lenFlag, evalSet.Stats)
+	if o.chat != nil && o.LossOn == "response" {
+		warnLastTurnOnly(o.g, chatName(o.ChatTemplate, o.chat), append(trainSet.Stats, evalSet.Stats...))
+	}
 	if len(trainSet.Examples) == 0 {
 		if n := selectedRows(trainSet); n > 0 {
 			return nil, nil, usageErrorf("the step-%d training split of --data %s is empty: all %d rows --data-split %s gives it were dropped (see the warnings)", o.Step, datasetNames(trainSet), n, o.DataSplit)
@@ -408,7 +453,10 @@ func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, er
 // saveModel writes the trained model (LoRA fused in) and the tokenizer
 // files to --output-dir.
 func (o *StageOptions) saveModel(m *model.Model, lo *lora.LoRA) error {
-	return saveModelDir(m, lo, nil, o.OutputDir, o.tokDir)
+	if err := saveModelDir(m, lo, nil, o.OutputDir, o.tokDir); err != nil {
+		return err
+	}
+	return saveChatTemplate(o.OutputDir, o.ChatTemplate, o.chat)
 }
 
 // saveModelDir writes m as a Hugging Face directory with the tokenizer files

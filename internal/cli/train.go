@@ -33,7 +33,11 @@ type TrainOptions struct {
 	Arch string
 	// Revision and DataRevision are passed to every step.
 	Revision, DataRevision string
-	recipe                 *recipes.Recipe
+	// ChatTemplate is passed to every step unless the recipe sets the
+	// step's and the command line does not (chatSet).
+	ChatTemplate string
+	chatSet      bool
+	recipe       *recipes.Recipe
 	// gen is the recipe's generator and genDir its folder (setup).
 	gen    generator
 	genDir string
@@ -65,7 +69,9 @@ directories, Hub ids (facebook/opt-1.3b) or DeepSpeed-Chat's short forms
 into it when absent. --data defaults to the recipe's, else Dahoas/rm-static.
 Without --recipe, the built-in recipe for the actor's and reward model's sizes
 that fits this machine is picked (and logged); --recipe none runs the
-commands' defaults. Before step 1 the memory planner checks every step to run
+commands' defaults. --chat-template (auto: the actor's chat template when its
+tokenizer has one) goes to every step, so that the three steps render the data
+alike. Before step 1 the memory planner checks every step to run
 (gochat estimate train shows its tables); a step that would not fit is refused
 with the changes that would, unless --skip-preflight.`,
 		Args: cobra.NoArgs,
@@ -98,6 +104,7 @@ with the changes that would, unless --skip-preflight.`,
 					return usageErrorf("--step %d: steps are 1, 2 and 3", s)
 				}
 			}
+			o.chatSet = cmd.Flags().Changed("chat-template")
 			if runF != nil {
 				return runF(o)
 			}
@@ -118,6 +125,8 @@ with the changes that would, unless --skip-preflight.`,
 	f.StringVar(&o.Arch, "arch", "", "with a generator recipe (demo): the architecture of its from-scratch models, opt or llama (default opt)")
 	f.BoolVar(&o.SkipPreflight, "skip-preflight", false, skipPreflightHelp+" (passed to every step)")
 	bindDType(f, &o.DType)
+	bindChatTemplate(f, &o.ChatTemplate)
+	f.Lookup("chat-template").Usage += " (passed to every step)"
 	return cmd
 }
 
@@ -358,6 +367,9 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 	}
 	if o.DataRevision != "" {
 		args = append(args, "--data-revision", o.DataRevision)
+	}
+	if o.chatSet || o.recipe == nil || !o.recipe.Sets(step, "chat-template") {
+		args = append(args, "--chat-template", o.ChatTemplate)
 	}
 	for _, d := range o.Data {
 		args = append(args, "--data", d)

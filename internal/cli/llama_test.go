@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gochat-ai/gochat/chattemplate"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/model"
+	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/tokenizer"
 )
 
@@ -86,5 +89,31 @@ steps:
 	// the Qwen2.5 template.
 	if !strings.Contains(e, `<|im_start|>assistant\n`) {
 		t.Errorf("step 3's prompts do not end with the template's generation prompt:\n%s", lastLine(e))
+	}
+
+	// gochat score renders the conversation and the answer with the
+	// template, as step 2 trained the reward model.
+	rm := filepath.Join(out, "reward")
+	sout, e, code := run(t, "--log-format", "json", "score", "--model", rm, "--prompt", "\n\nHuman: What is 2+2?\n\nAssistant:",
+		"--answer", " 4", "--answer", " 5", "--json", "--dtype", "fp32")
+	var got struct{ Scores []float32 }
+	if code != 0 || json.Unmarshal([]byte(sout), &got) != nil || len(got.Scores) != 2 {
+		t.Fatalf("score: code %d %q %s", code, sout, lastLine(e))
+	}
+	tpl, err := chattemplate.Load(rm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtok, _ := tokenizer.Load(rm)
+	m, _ := model.Load(dev, rm, model.LoadOptions{ValueHead: "require"})
+	for i, a := range []string{"4", "5"} {
+		text, err := tpl.Render([]chattemplate.Message{{Role: "user", Content: "What is 2+2?"}, {Role: "assistant", Content: a}}, chattemplate.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := reward.Score(m, [][]int32{rtok.Encode(text, false)}, 0)
+		if err != nil || want[0] != got.Scores[i] {
+			t.Errorf("gochat score of %q: %v, the rendered conversation scores %v (%v)", a, got.Scores[i], want, err)
+		}
 	}
 }

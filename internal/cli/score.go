@@ -24,6 +24,8 @@ type ScoreOptions struct {
 	EndText   string
 	DType     string
 	JSON      bool
+	// ChatTemplate is --chat-template (bindChatTemplate).
+	ChatTemplate string
 }
 
 func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
@@ -34,8 +36,12 @@ func newScoreCmd(g *Globals, runF func(*ScoreOptions) error) *cobra.Command {
 		Long: `Score answers with a reward model, as DeepSpeed-Chat's rw_eval.py does: each
 answer is appended to the prompt, followed by --end-text, and the text is
 tokenized as one (reward.Sequence: the sequences step 2 trains on and step 3
-scores); the score is the value head's output at the last token. A model
-without a trained value head (v_head.weight) is refused.
+scores); the score is the value head's output at the last token. With a chat
+template (--chat-template; auto: the tokenizer's, when it has one) the prompt
+is parsed into its Human/Assistant turns and each answer scored as the
+conversation plus that answer rendered by the template, as step 2 trains on
+it (no --end-text). A model without a trained value head (v_head.weight) is
+refused.
 Higher is better; only differences between answers to the same prompt are
 meaningful. Prints one "score<TAB>answer" line per answer, or with --json
 one object {"prompt", "answers", "scores"}.`,
@@ -62,6 +68,7 @@ one object {"prompt", "answers", "scores"}.`,
 	f.StringArrayVar(&opts.Answers, "answer", nil, "an answer to score (repeat the flag for several)")
 	f.StringVar(&opts.EndText, "end-text", data.DefaultEndText, "text appended to each answer, as in step 2 (\"\" for none)")
 	f.BoolVar(&opts.JSON, "json", false, "print one JSON object")
+	bindChatTemplate(f, &opts.ChatTemplate)
 	return cmd
 }
 
@@ -89,9 +96,19 @@ func runScore(opts *ScoreOptions) error {
 	if err != nil {
 		return err
 	}
+	cf, err := resolveChatTemplate(opts.ChatTemplate, tokDir, tok)
+	if err != nil {
+		return err
+	}
 	seqs := make([][]int32, len(opts.Answers))
 	for i, a := range opts.Answers {
-		seqs[i] = reward.Sequence(tok, opts.Prompt, a, opts.EndText)
+		if cf == nil {
+			seqs[i] = reward.Sequence(tok, opts.Prompt, a, opts.EndText)
+			continue
+		}
+		if seqs[i], err = templatedReply(cf, tok, opts.Prompt, a); err != nil {
+			return err
+		}
 	}
 	scores, err := reward.Score(m, seqs, 16)
 	if err != nil {
@@ -106,4 +123,20 @@ func runScore(opts *ScoreOptions) error {
 		}
 	}
 	return nil
+}
+
+// templatedReply is the token sequence step 2 trains a reward model on
+// with a chat template: the conversation of a DeepSpeed-Chat prompt plus
+// the answer as the assistant's message, rendered and tokenized without
+// the tokenizer's own special tokens (as apply_chat_template does).
+func templatedReply(cf *data.ChatFormat, tok *tokenizer.Tokenizer, prompt, answer string) ([]int32, error) {
+	msgs, err := data.Conversation(prompt)
+	if err != nil {
+		return nil, usageErrorf("--prompt: %v", err)
+	}
+	text, err := cf.Reply(msgs, data.Answer(answer))
+	if err != nil {
+		return nil, fmt.Errorf("--chat-template: %w", err)
+	}
+	return tok.Encode(text, false), nil
 }

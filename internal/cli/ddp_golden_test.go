@@ -210,6 +210,9 @@ func collectDDPInputs(t *testing.T, args []string, ranks int) ddpInputs {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := o.loadTokenizer(); err != nil {
+		t.Fatal(err)
+	}
 	trainSet, _, err := o.loadData(m)
 	if err != nil {
 		t.Fatal(err)

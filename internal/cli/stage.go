@@ -301,14 +301,10 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	}
 	// The tokenizer and the chat template come first: the template is part
 	// of the run's fingerprint.
-	if o.dtok, o.eos, o.pad, o.tokFP, err = loadDataTokenizer(o.tokDir, o.g.Threads); err != nil {
-		return err
-	}
-	if o.chat, err = resolveChatTemplate(o.ChatTemplate, o.tokDir, o.dtok.t); err != nil {
+	if err := o.loadTokenizer(); err != nil {
 		return err
 	}
 	if o.chat != nil {
-		o.ChatDigest = o.chat.Digest()
 		log.Info().Str("chat_template", chatName(o.ChatTemplate, o.chat)).Msgf("step %d renders the data with the chat template", o.Step)
 	}
 	o.Ranks = ranks.comm.Size()
@@ -410,7 +406,24 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 	return nil
 }
 
-// loadData builds the step's training and evaluation examples.
+// loadTokenizer loads the data tokenizer of --tokenizer (o.tokDir) and
+// resolves --chat-template for it: what loadData and the run's
+// fingerprint (the template's digest) need.
+func (o *StageOptions) loadTokenizer() (err error) {
+	if o.dtok, o.eos, o.pad, o.tokFP, err = loadDataTokenizer(o.tokDir, o.g.Threads); err != nil {
+		return err
+	}
+	if o.chat, err = resolveChatTemplate(o.ChatTemplate, o.tokDir, o.dtok.t); err != nil {
+		return err
+	}
+	if o.chat != nil {
+		o.ChatDigest = o.chat.Digest()
+	}
+	return nil
+}
+
+// loadData builds the step's training and evaluation examples with the
+// tokenizer loadTokenizer loaded.
 func (o *StageOptions) loadData(m *model.Model) (trainSet, evalSet *data.Set, err error) {
 	tok, eos, pad, fp := o.dtok, o.eos, o.pad, o.tokFP
 	if int(eos) >= m.Config.VocabSize || int(pad) >= m.Config.VocabSize {

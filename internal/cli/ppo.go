@@ -177,6 +177,7 @@ text, as before.`,
 			if runF != nil {
 				return runF(o)
 			}
+			defer o.g.watchSignals()()
 			return runPPO(context.Background(), o)
 		},
 	}

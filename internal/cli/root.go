@@ -70,9 +70,7 @@ type Globals struct {
 
 // Main runs gochat with args and returns the process exit code.
 func Main(args []string, in io.Reader, out, errw io.Writer) int {
-	g := &Globals{In: in, Out: out, Err: errw}
-	defer g.watchSignals()()
-	return execute(g, args)
+	return execute(&Globals{In: in, Out: out, Err: errw}, args)
 }
 
 // execute runs gochat with args on g's streams (and g.Memory, for tests).

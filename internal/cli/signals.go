@@ -9,7 +9,9 @@ import (
 	"github.com/gochat-ai/gochat/train"
 )
 
-// watchSignals makes the first stop signal (stopSignals: Ctrl-C's SIGINT,
+// watchSignals, for the duration of a training command (sft, reward, ppo,
+// train; other commands keep Go's default: a signal ends them), makes the
+// first stop signal (stopSignals: Ctrl-C's SIGINT,
 // SIGTERM, and SIGUSR1, which mpirun forwards to every rank) close
 // g.Stop: a training command then stops after the round in progress,
 // writes a checkpoint and says how to resume. A second one exits at once

@@ -244,6 +244,7 @@ func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error)
 	if runF != nil {
 		return runF(o)
 	}
+	defer o.g.watchSignals()()
 	return runStage(context.Background(), o)
 }
 

@@ -108,6 +108,7 @@ with the changes that would, unless --skip-preflight.`,
 			if runF != nil {
 				return runF(o)
 			}
+			defer o.g.watchSignals()()
 			return runTrain(o)
 		},
 	}

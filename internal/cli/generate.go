@@ -18,6 +18,9 @@ type GenerateOptions struct {
 	g            *Globals
 	Model        string
 	Tokenizer    string
+	// ChatTemplate renders --prompt as a conversation (none: the text as
+	// it is).
+	ChatTemplate string
 	Revision     string
 	PromptIDs    string
 	Prompt       string
@@ -81,6 +84,7 @@ of tokens[i] under the full softmax at temperature 1.`,
 	f.StringVar(&opts.PromptIDs, "prompt-ids", "", "comma-separated prompt token ids")
 	f.StringVar(&opts.Prompt, "prompt", "", "prompt text (tokenized with the model's tokenizer)")
 	f.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer directory or Hub id for --prompt (default: --model)")
+	f.StringVar(&opts.ChatTemplate, "chat-template", chatNone, `with --prompt: none (continue the text as it is, as a text-generation pipeline does), auto (render it as a conversation with the model's chat template and its generation prompt: DeepSpeed-Chat's "\n\nHuman: ...\n\nAssistant:" turns, or plain text as one user message) or FILE (a Jinja chat template)`)
 	f.IntVar(&opts.MaxNewTokens, "max-new-tokens", 32, "most tokens to generate")
 	f.BoolVar(&greedy, "greedy", false, "pick the most likely token (the default)")
 	bindSampleFlags(f, &opts.Sample)
@@ -128,7 +132,18 @@ func runGenerate(opts *GenerateOptions) error {
 		if tok, err = tokenizer.Load(tokDir); err != nil {
 			return err
 		}
-		opts.ids = tok.Encode(opts.Prompt, true)
+		cf, err := resolveChatTemplate(opts.ChatTemplate, tokDir, tok)
+		if err != nil {
+			return err
+		}
+		if opts.ChatTemplate != chatNone && cf == nil {
+			return usageErrorf("--chat-template %s: the tokenizer in %s has no chat template", opts.ChatTemplate, tokDir)
+		}
+		if cf == nil {
+			opts.ids = tok.Encode(opts.Prompt, true)
+		} else if opts.ids, err = templatedPrompt(cf, tok, opts.Prompt); err != nil {
+			return err
+		}
 	}
 	for _, id := range opts.ids {
 		if int(id) >= m.Config.VocabSize {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,5 +116,23 @@ steps:
 		if err != nil || want[0] != got.Scores[i] {
 			t.Errorf("gochat score of %q: %v, the rendered conversation scores %v (%v)", a, got.Scores[i], want, err)
 		}
+	}
+	// gochat generate --chat-template auto starts from the rendered
+	// conversation with the generation prompt.
+	actor := filepath.Join(out, "ppo", "actor")
+	gout, e, code := run(t, "--log-format", "json", "generate", "--model", actor, "--prompt", "What is 2+2?",
+		"--chat-template", "auto", "--max-new-tokens", "2", "--json")
+	var gen struct {
+		PromptIDs []int32 `json:"prompt_ids"`
+	}
+	if code != 0 || json.Unmarshal([]byte(gout), &gen) != nil {
+		t.Fatalf("generate: code %d %q %s", code, gout, lastLine(e))
+	}
+	text, err := tpl.Render([]chattemplate.Message{{Role: "user", Content: "What is 2+2?"}}, chattemplate.Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rtok.Encode(text, false); !slices.Equal(gen.PromptIDs, want) {
+		t.Errorf("generate's prompt %v, the rendered conversation %v", gen.PromptIDs, want)
 	}
 }

@@ -140,3 +140,19 @@ func templatedReply(cf *data.ChatFormat, tok *tokenizer.Tokenizer, prompt, answe
 	}
 	return tok.Encode(text, false), nil
 }
+
+// templatedPrompt is the token sequence step 3 generates from with a chat
+// template: the conversation of a DeepSpeed-Chat prompt (or plain text as
+// one user message) rendered with the generation prompt, tokenized without
+// the tokenizer's own special tokens.
+func templatedPrompt(cf *data.ChatFormat, tok *tokenizer.Tokenizer, prompt string) ([]int32, error) {
+	msgs, err := data.Conversation(prompt)
+	if err != nil {
+		return nil, usageErrorf("--prompt: %v", err)
+	}
+	text, err := cf.Prompt(msgs)
+	if err != nil {
+		return nil, fmt.Errorf("--chat-template: %w", err)
+	}
+	return tok.Encode(text, false), nil
+}

@@ -34,6 +34,11 @@
 #   oom        an allocation past the GPU's memory fails with the numbers
 #   gemm       cuBLAS through the backend, 4096³ fp32 and bf16, TFLOP/s,
 #              next to torch.matmul on the same GPU
+#   hf-opt,    the demo recipe (--arch opt, --arch llama) through steps 1-3
+#   hf-llama   on cuda; transformers loads the SFT and PPO actors
+#              (AutoModelForCausalLM: greedy tokens equal, log-probs within
+#              2e-3) and the reward model (AutoModelForSequenceClassification:
+#              the score of one sequence); scripts/hf_check.py
 # Not yet (printed as "not yet"): the model golden tests on CUDA, a
 # GPU-trained checkpoint's logits against transformers, the training-step
 # and decoding benchmarks against PyTorch, the three-step RLHF run.
@@ -155,14 +160,48 @@ else
 fi
 cd "$root"
 
-# 4. Later parts of issue 12: stubs until they exist.
+# 4. Checkpoints trained on the GPU load in transformers and compute what
+# gochat computed: the demo (OPT and LLaMA-shaped) through all three steps
+# on cuda, then scripts/hf_check.py (transformers only) continues the same
+# prompt greedily from the SFT and PPO actors (tokens equal, log-probs
+# within 2e-3) and scores one sequence with the reward model.
+prompt=$'\n\nHuman: What is 3+4?\n\nAssistant:'
+for arch in opt llama; do
+  section "demo --arch $arch on cuda, then transformers"
+  d=$out/demo-$arch
+  t0=$(date +%s)
+  if ! "$gochat" --device cuda --log-format json train --recipe demo --arch "$arch" --output-dir "$d" >"$out/demo-$arch.log" 2>&1; then
+    record "hf-$arch" FAIL "demo: $(grep -m1 '^gochat:' "$out/demo-$arch.log" | cut -c1-200)"
+    continue
+  fi
+  secs=$(( $(date +%s) - t0 ))
+  ids=$("$gochat" tokenize --tokenizer "$d/actor" --text "$prompt")
+  fails=0 lines=""
+  for m in actor ppo/actor; do
+    "$gochat" --device cuda --log-format json generate --model "$d/$m" --prompt-ids "$ids" --max-new-tokens 6 --dtype fp32 --json >"$out/gen-$arch.json" 2>>"$out/hf-$arch.txt"
+    line=$("$py" scripts/hf_check.py causal "$d/$m" "$out/gen-$arch.json" 2>>"$out/hf-$arch.txt") || fails=$((fails + 1))
+    echo "$line"; lines="$lines ${line%%:*};"
+  done
+  rids=$("$gochat" tokenize --tokenizer "$d/reward" --text "$prompt 7<|endoftext|>")
+  score=$("$gochat" --device cuda --log-format json score --model "$d/reward" --prompt "$prompt" --answer " 7" --dtype fp32 --json 2>>"$out/hf-$arch.txt" |
+    "$py" -c 'import json,sys; print(json.load(sys.stdin)["scores"][0])')
+  line=$("$py" scripts/hf_check.py reward "$d/reward" "$rids" "$score" 2>>"$out/hf-$arch.txt") || fails=$((fails + 1))
+  echo "$line"; lines="$lines ${line%%:*}"
+  grep -m1 '"demo report"' "$d/../demo-$arch.log" 2>/dev/null | cut -c1-200
+  if [ $fails -eq 0 ]; then
+    record "hf-$arch" PASS "demo in ${secs}s;$lines"
+  else
+    record "hf-$arch" FAIL "demo in ${secs}s;$lines (see $out/hf-$arch.txt)"
+  fi
+done
+
+# 5. Later parts of issue 12: stubs until they exist.
 record model-golden "not yet" "the model golden tests (logits, grads, AdamW trajectory) on --device cuda"
-record hf-logits "not yet" "a GPU-trained checkpoint loaded into transformers, logits compared"
 record train-bench "not yet" "opt-125m / opt-1.3b bf16 training step tokens/s and MFU vs PyTorch eager"
 record decode-bench "not yet" "decoding tokens/s at batch 1 and 16 vs Hugging Face generate"
 record rlhf-run "not yet" "gochat train --actor opt-1.3b --reward opt-350m, three steps, time and peak memory"
 
-# 5. Summary.
+# 6. Summary.
 section "summary"
 {
   printf '| %-12s | %-7s | %s\n' check result detail

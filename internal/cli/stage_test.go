@@ -560,18 +560,7 @@ steps:
 `
 	os.WriteFile(recipe, []byte(body), 0o644)
 	out := filepath.Join(dir, "out")
-	_, errOut, code := run(t, "--log-format", "json", "train", "--recipe", recipe, "--output-dir", out)
-	if code != 0 {
-		t.Fatalf("train demo: %s", lastLine(errOut))
-	}
-	b, err := os.ReadFile(filepath.Join(out, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep map[string]map[string]float64
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := runDemo(t, "--log-format", "json", "train", "--recipe", recipe, "--output-dir", out)
 	want := map[string][]string{
 		"sft":    {"steps", "train_loss_first", "train_loss_last", "eval_loss"},
 		"reward": {"steps", "eval_accuracy", "chosen_mean", "rejected_mean"},
@@ -612,18 +601,7 @@ func TestDemoMeetsTargets(t *testing.T) {
 			if arch != "opt" {
 				args = append(args, "--arch", arch)
 			}
-			_, errOut, code := run(t, args...)
-			if code != 0 {
-				t.Fatalf("demo: %s", lastLine(errOut))
-			}
-			b, err := os.ReadFile(filepath.Join(out, "report.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rep map[string]map[string]float64
-			if err := json.Unmarshal(b, &rep); err != nil {
-				t.Fatal(err)
-			}
+			rep, b := runDemo(t, args...)
 			ev := rep["eval"]
 			t.Logf("report: %s", b)
 			if rep["reward"]["eval_accuracy"] < 0.9 {
@@ -777,4 +755,23 @@ func TestChatClampsMaxNewTokens(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 1 {
 		t.Errorf("%d answer lines, want 1:\n%q", n, out.String())
 	}
+}
+
+// runDemo runs gochat train with args (a recipe with the demo generator,
+// --output-dir OUT) and returns OUT/report.json, parsed and as written.
+func runDemo(t *testing.T, args ...string) (map[string]map[string]float64, []byte) {
+	t.Helper()
+	if _, errOut, code := run(t, args...); code != 0 {
+		t.Fatalf("demo: %s", lastLine(errOut))
+	}
+	out := args[slices.Index(args, "--output-dir")+1]
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep map[string]map[string]float64
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep, b
 }

@@ -17,7 +17,7 @@ import (
 // tokenizer. Each is fetched when the repository has it.
 func modelExtras() []string {
 	return []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-		"vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json"}
+		"vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja"}
 }
 
 // weightLayouts are the weight files gochat reads, in the order

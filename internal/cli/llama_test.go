@@ -41,6 +41,9 @@ func TestTrainQwen2ChatTemplate(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(tok, name), b, 0o644)
 	}
+	// Qwen2.5-Instruct's generation config: generation stops at either id.
+	genCfg := `{"eos_token_id": [151645, 151643], "pad_token_id": 151643}`
+	os.WriteFile(filepath.Join(tok, "generation_config.json"), []byte(genCfg), 0o644)
 	base := filepath.Join(dir, "base")
 	if _, e, code := run(t, "--log-format", "json", "init", "--arch", "qwen2-tiny", "--output-dir", base, "--tokenizer", tok); code != 0 {
 		t.Fatal(lastLine(e))
@@ -82,8 +85,10 @@ steps:
 		if m.Config.ModelType != "qwen2" || !strings.Contains(string(cfg), c.arch) {
 			t.Errorf("%s: model_type %q, config %s", c.dir, m.Config.ModelType, cfg)
 		}
-		if _, err := tokenizer.Load(p); err != nil {
+		if tk, err := tokenizer.Load(p); err != nil {
 			t.Errorf("%s: tokenizer: %v", c.dir, err)
+		} else if ids := tk.EOSIDs(); !slices.Contains(ids, 151643) || !slices.Contains(ids, 151645) {
+			t.Errorf("%s: eos ids %v: generation_config.json was not kept", c.dir, ids)
 		}
 	}
 	// --print-answers shows the rendered prompts: the generation prompt of

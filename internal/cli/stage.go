@@ -509,7 +509,9 @@ func saveModelDir(m *model.Model, lo *lora.LoRA, loraParams kernels.Buffer, dir,
 // copyTokenizerFiles copies the Hugging Face tokenizer files that exist in
 // src to dst.
 func copyTokenizerFiles(src, dst string) error {
-	for _, name := range tokenizerFiles {
+	// generation_config.json holds the eos ids generation stops at (a list
+	// for Llama-3-Instruct): a saved model keeps them.
+	for _, name := range append(tokenizerFiles[:len(tokenizerFiles):len(tokenizerFiles)], "generation_config.json") {
 		in, err := os.Open(filepath.Join(src, name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

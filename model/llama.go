@@ -189,7 +189,12 @@ func ropeTableBytes(c *Config) int {
 }
 
 // layoutActs: the layer's saved tensors (see llamaBufs), the final norm,
-// the heads, and the gradient scratch. The bf16 store is OPT's only.
+// the heads, and the gradient scratch. With a bf16 store (Acts.store) the
+// tensors the backward pass reads only as a matmul's input are BF16: the
+// RMSNorm outputs ln1 and ln2 (q|k|v's and gate|up's input), the attention
+// output atty (o_proj's) and silu(gate)·up (down_proj's); the RMSNorms'
+// inputs, gate|up and q|k|v, which their own backward passes read, stay
+// F32.
 func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) {
 	c := m.Config
 	H, F, V, NH, NKV := c.HiddenSize, c.FFNDim, c.VocabSize, c.NumHeads, c.KVHeads()
@@ -197,12 +202,17 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 	n := b * t
 	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
 	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
+	store := bf16Store(w, opts)
+	kept := f32 // the tensors the bf16 store keeps
+	if store {
+		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
+	}
 	nl := c.NumLayers
 	if opts.Checkpoint {
 		nl = 1
 	}
 	*a = Acts{
-		B: b, T: t, opts: opts,
+		B: b, T: t, opts: opts, store: store,
 		dev: a.dev, backing: a.backing,
 		hostTargets: a.hostTargets[:0],
 		resid:       reuse(a.resid, c.NumLayers+1),
@@ -214,13 +224,13 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 	}
 	for i := range a.layers {
 		la := &a.layers[i]
-		la.ln1, la.ln1Rstd = f32(n*H), f32(n)
+		la.ln1, la.ln1Rstd = kept(n*H), f32(n)
 		if c.QKNorm {
 			la.qkvRaw, la.qRstd, la.kRstd = f32(n*W), f32(n*NH), f32(n*NKV)
 		}
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(n*W), f32(b*NH*t*t), f32(n*A), f32(n*H), f32(n*H)
-		la.ln2, la.ln2Rstd = f32(n*H), f32(n)
-		la.fch, la.fchAct, la.fc2o = f32(2*n*F), f32(n*F), f32(n*H)
+		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(n*W), f32(b*NH*t*t), kept(n*A), f32(n*H), f32(n*H)
+		la.ln2, la.ln2Rstd = kept(n*H), f32(n)
+		la.fch, la.fchAct, la.fc2o = f32(2*n*F), kept(n*F), f32(n*H)
 	}
 	a.fin, a.finRstd = f32(n*H), f32(n)
 	a.y = a.fin
@@ -235,6 +245,9 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 		a.dfch, a.dact = f32(2*n*F), f32(n*F)
 		a.dy = f32(n * H)
 		a.dlosses, a.dvalues = f32(n), f32(n)
+	}
+	if store {
+		a.wsH, a.wsF = f32(n*max(H, A)), f32(n*F) // ln1, atty, ln2; act
 	}
 }
 
@@ -259,18 +272,46 @@ type llamaBufs struct {
 	gu                   kernels.Buffer // [N,2F] gate|up
 	act                  kernels.Buffer // [N,F] silu(gate)·up
 	fc2o                 kernels.Buffer // [N,H] down_proj output
+
+	// With a bf16 store (Acts.store), ln1, atty, ln2 and act above are
+	// the store's F32 working buffers, and these are where the pass keeps
+	// them, rounded to BF16 (nil without a store).
+	keptLn1, keptAtty, keptLn2, keptAct kernels.Buffer
 }
 
-// forwardBufs are layer l's buffers in a Forward pass.
+// llamaBufs are layer l's buffers in a Forward pass.
 func (a *Acts) llamaBufs(l int) llamaBufs {
 	la := a.layer(l)
-	return llamaBufs{
+	x := llamaBufs{
 		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(),
 		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
 		ln1: la.ln1, rstd1: la.ln1Rstd, qkvRaw: la.qkvRaw, qRstd: la.qRstd, kRstd: la.kRstd,
 		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut,
 		ln2: la.ln2, rstd2: la.ln2Rstd, gu: la.fch, act: la.fchAct, fc2o: la.fc2o,
 	}
+	if a.store {
+		x.keptLn1, x.keptAtty, x.keptLn2, x.keptAct = la.ln1, la.atty, la.ln2, la.fchAct
+		x.ln1, x.ln2 = a.wsH.Slice(0, la.ln1.Len()), a.wsH.Slice(0, la.ln2.Len())
+		x.atty, x.act = a.wsH.Slice(0, la.atty.Len()), a.wsF
+	}
+	return x
+}
+
+// keep stores an F32 tensor the forward computed into where a bf16 store
+// keeps it (a no-op without one: kept is nil).
+func (ly llamaLayer) keep(kept, ws kernels.Buffer) {
+	if kept != nil {
+		ly.d.Copy(kept, ws)
+	}
+}
+
+// widen returns, as F32, a tensor the forward kept: ws itself without a
+// store (kept nil), else kept widened into the working buffer ws.
+func (ly llamaLayer) widen(kept, ws kernels.Buffer) kernels.Buffer {
+	if kept != nil {
+		ly.d.Copy(ws, kept)
+	}
+	return ws
 }
 
 // llamaLayer is one decoder layer of a model: its weights and sizes, with
@@ -301,9 +342,11 @@ func (m *Model) llamaLayer(l int) llamaLayer {
 func (ly llamaLayer) forward(x llamaBufs) {
 	N := x.b * x.t
 	ly.d.RMSNormForward(x.ln1, x.rstd1, x.x, ly.w.AttnLNW, N, ly.H, ly.eps)
+	ly.keep(x.keptLn1, x.ln1)
 	ly.attention(x)
 	ly.d.Add(x.s1, x.x, x.attnOut, N*ly.H)
 	ly.d.RMSNormForward(x.ln2, x.rstd2, x.s1, ly.w.FFNLNW, N, ly.H, ly.eps)
+	ly.keep(x.keptLn2, x.ln2)
 	ly.mlp(x)
 	ly.d.Add(x.out, x.s1, x.fc2o, N*ly.H)
 }
@@ -330,6 +373,7 @@ func (ly llamaLayer) attention(x llamaBufs) {
 	} else {
 		d.GQAAttentionForward(x.atty, x.att, x.qkv, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
 	}
+	ly.keep(x.keptAtty, x.atty)
 	ly.m.linearForward(ly.l, SiteOut, x.attnOut, x.atty, w.OutW, w.OutB, N, ly.NH*ly.HS, ly.H)
 }
 
@@ -338,6 +382,7 @@ func (ly llamaLayer) mlp(x llamaBufs) {
 	w, N := ly.w, x.b*x.t
 	ly.m.linearForward(ly.l, SiteFC1, x.gu, x.ln2, w.FC1W, w.FC1B, N, ly.H, 2*ly.F)
 	ly.d.SwiGLUForward(x.act, x.gu, N, ly.F)
+	ly.keep(x.keptAct, x.act)
 	ly.m.linearForward(ly.l, SiteFC2, x.fc2o, x.act, w.FC2W, w.FC2B, N, ly.F, ly.H)
 }
 
@@ -347,12 +392,12 @@ func (ly llamaLayer) mlp(x llamaBufs) {
 func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 	d, w, N := ly.d, ly.w, x.b*x.t
 	// MLP block: out = s1 + down_proj(silu(gate)·up), gate|up = W1·n2(s1).
-	ly.m.linearBackward(ly.l, SiteFC2, a.dact, gw.FC2W, gw.FC2B, a.dA, x.act, w.FC2W, N, ly.F, ly.H)
+	ly.m.linearBackward(ly.l, SiteFC2, a.dact, gw.FC2W, gw.FC2B, a.dA, ly.widen(x.keptAct, x.act), w.FC2W, N, ly.F, ly.H)
 	d.SwiGLUBackward(a.dfch, a.dact, x.gu, N, ly.F)
-	ly.m.linearBackward(ly.l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, x.ln2, w.FC1W, N, ly.H, 2*ly.F)
+	ly.m.linearBackward(ly.l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, ly.widen(x.keptLn2, x.ln2), w.FC1W, N, ly.H, 2*ly.F)
 	d.RMSNormBackward(a.dA, gw.FFNLNW, a.dB, x.s1, w.FFNLNW, x.rstd2, N, ly.H)
 	// Attention block: s1 = x + o_proj(attention(...)), qkv from n1(x).
-	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, x.atty, w.OutW, N, ly.NH*ly.HS, ly.H)
+	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, ly.widen(x.keptAtty, x.atty), w.OutW, N, ly.NH*ly.HS, ly.H)
 	d.GQAAttentionBackward(a.dqkv, a.datty, x.qkv, x.att, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
 	d.RoPEBackward(a.dqkv, x.pos, ly.rope.cos, ly.rope.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if ly.qkNorm {
@@ -361,7 +406,7 @@ func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 		dk := a.dqkv.Slice(q, N*ly.W-q)
 		d.HeadRMSNormBackward(dk, gw.KNormW, dk, x.qkvRaw.Slice(q, N*ly.W-q), w.KNormW, x.kRstd, N, ly.NKV, ly.HS, ly.W)
 	}
-	ly.m.linearBackward(ly.l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, x.ln1, w.QKVW, N, ly.H, ly.W)
+	ly.m.linearBackward(ly.l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, ly.widen(x.keptLn1, x.ln1), w.QKVW, N, ly.H, ly.W)
 	d.RMSNormBackward(a.dA, gw.AttnLNW, a.dB, x.x, w.AttnLNW, x.rstd1, N, ly.H)
 }
 

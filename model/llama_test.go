@@ -618,7 +618,8 @@ func TestLlamaPresets(t *testing.T) {
 }
 
 // TestLlamaMemoryFunctionsMatchAllocations is TestMemoryFunctionsMatchAllocations
-// for the LLaMA family; the KV cache is sized by the KV heads.
+// for the LLaMA family (F32 and BF16 weights, so with and without the bf16
+// store); the KV cache is sized by the KV heads.
 func TestLlamaMemoryFunctionsMatchAllocations(t *testing.T) {
 	dev := newCPU(t, 1)
 	for _, name := range llamaCases {
@@ -628,15 +629,19 @@ func TestLlamaMemoryFunctionsMatchAllocations(t *testing.T) {
 			if got, want := ParamCount(cfg, vh), m.NumParams(); got != want {
 				t.Errorf("%s: ParamCount %d, NumParams %d", name, got, want)
 			}
-			for _, bt := range [][2]int{{1, 1}, {2, 7}} {
-				for k := range 8 {
-					o := ActsOptions{Train: k&1 != 0, Checkpoint: k&2 != 0, NoLogits: k&4 != 0}
-					a := must(m.NewActs(bt[0], bt[1], o))
-					if got, want := ActsBytes(cfg, vh, bt[0], bt[1], o, m.WeightsInfo()), a.Bytes(); got != want {
-						t.Errorf("%s %dx%d %+v: ActsBytes %d, NewActs holds %d", name, bt[0], bt[1], o, got, want)
+			for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+				mm := must(New(dev, cfg, Options{ValueHead: vh, DType: dt}))
+				for _, bt := range [][2]int{{1, 1}, {2, 7}} {
+					for k := range 16 {
+						o := ActsOptions{Train: k&1 != 0, Checkpoint: k&2 != 0, NoLogits: k&4 != 0, F32Acts: k&8 != 0}
+						a := must(mm.NewActs(bt[0], bt[1], o))
+						if got, want := ActsBytes(cfg, vh, bt[0], bt[1], o, mm.WeightsInfo()), a.Bytes(); got != want {
+							t.Errorf("%s %v %dx%d %+v: ActsBytes %d, NewActs holds %d", name, dt, bt[0], bt[1], o, got, want)
+						}
+						a.Free()
 					}
-					a.Free()
 				}
+				mm.Free()
 			}
 			// ZeRO's units: the layers are consecutive blocks between the
 			// embeddings and the final norm and heads.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -150,42 +151,41 @@ func (llamaFamily) checkPositions(c *Config, pos []int32) error {
 	return nil
 }
 
-// ropeTables are the rotary embedding's cos and sin tables [MaxPositions,
-// HS/2] on the device (kernels.RoPETable of rope_theta and rope_scaling),
-// made once per model and shared by its WithParams views.
-type ropeTables struct {
-	cos, sin kernels.Buffer
+// The rotary tables. A pass reads rows cos[p], sin[p] [HS/2] of
+// kernels.RoPETable (rope_theta and rope_scaling's inverse frequencies,
+// Model.ropeInv) at every position id p it uses; transformers computes the
+// same rows from the position ids in every forward. gochat keeps them with
+// the buffers of the pass, sized to its positions rather than to
+// max_position_embeddings (131072 rows, 33 MB for llama-1b): an Acts for
+// [B,T] holds ropeRows(T) rows, filled by the first Forward that needs
+// them, and a Cache ropeRows(Tmax), filled by NewCache. Row p does not
+// depend on how many rows a table has, so every size computes the same.
+
+// ropeRows is the number of table rows a pass over t positions reads: real
+// tokens sit at 0..t-1 (llamaPositions; a cache's at 0..Tmax-1) and padding
+// at 1.
+func ropeRows(t int) int { return max(t, 2) }
+
+// fillRope writes the first rows rows of the tables of inv into cos and sin
+// ([rows,len(inv)] each).
+func fillRope(dev kernels.Device, cos, sin kernels.Buffer, inv []float32, rows int) {
+	c, s := kernels.RoPETable(inv, rows)
+	dev.WriteF32(cos, c)
+	dev.WriteF32(sin, s)
 }
 
-func newRopeTables(dev kernels.Device, c *Config) (*ropeTables, error) {
-	inv, err := kernels.RoPEInvFreq(c.HeadSize(), c.RopeTheta, c.RopeScaling)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+// ensureRope fills a's rotary tables for m unless a previous Forward did:
+// a's table buffers are kept by ReuseActs while large enough (they are
+// laid out first after the inputs, at a fixed place), so rows filled for a
+// larger T are still there, and a loop over shapes refills them only when T
+// grows past every T before (or another rope_theta/rope_scaling uses a).
+func (m *Model) ensureRope(a *Acts) {
+	r := ropeRows(a.T)
+	if a.ropeRows >= r && slices.Equal(a.ropeInv, m.ropeInv) {
+		return
 	}
-	cos, sin := kernels.RoPETable(inv, c.MaxPositions)
-	r := &ropeTables{}
-	if r.cos, err = dev.Alloc(kernels.F32, len(cos)); err != nil {
-		return nil, fmt.Errorf("model: rotary tables of %d positions: %w", c.MaxPositions, err)
-	}
-	if r.sin, err = dev.Alloc(kernels.F32, len(sin)); err != nil {
-		dev.Free(r.cos)
-		return nil, fmt.Errorf("model: rotary tables of %d positions: %w", c.MaxPositions, err)
-	}
-	dev.WriteF32(r.cos, cos)
-	dev.WriteF32(r.sin, sin)
-	return r, nil
-}
-
-func (r *ropeTables) free(dev kernels.Device) {
-	if r != nil {
-		dev.Free(r.cos)
-		dev.Free(r.sin)
-	}
-}
-
-// ropeTableBytes is what newRopeTables allocates.
-func ropeTableBytes(c *Config) int {
-	return 2 * c.MaxPositions * (c.HeadSize() / 2) * kernels.F32.Size()
+	fillRope(m.Dev, a.cos, a.sin, m.ropeInv, r)
+	a.ropeRows, a.ropeInv = r, m.ropeInv
 }
 
 // layoutActs: the layer's saved tensors (see llamaBufs), the final norm,
@@ -217,8 +217,10 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 		hostTargets: a.hostTargets[:0],
 		resid:       reuse(a.resid, c.NumLayers+1),
 		layers:      reuse(a.layers, nl),
+		ropeRows:    a.ropeRows, ropeInv: a.ropeInv,
 	}
 	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
+	a.cos, a.sin = f32(ropeRows(t)*c.HeadSize()/2), f32(ropeRows(t)*c.HeadSize()/2) // at a fixed place: ensureRope
 	for i := range a.resid {
 		a.resid[i] = f32(n * H)
 	}
@@ -258,6 +260,7 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 type llamaBufs struct {
 	b, t      int            // rows and positions of this pass (N = b·t)
 	pos, mask kernels.Buffer // I32 [N] position ids; the attention mask ([B,T], or the cache's [B,Tmax])
+	cos, sin  kernels.Buffer // the rotary tables, rows for every position id in pos
 	cache     *Cache         // decoding: attend against (and append to) this cache from position t0
 	t0        int
 
@@ -283,7 +286,7 @@ type llamaBufs struct {
 func (a *Acts) llamaBufs(l int) llamaBufs {
 	la := a.layer(l)
 	x := llamaBufs{
-		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(),
+		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(), cos: a.cos, sin: a.sin,
 		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
 		ln1: la.ln1, rstd1: la.ln1Rstd, qkvRaw: la.qkvRaw, qRstd: la.qRstd, kRstd: la.kRstd,
 		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut,
@@ -325,7 +328,6 @@ type llamaLayer struct {
 	H, F, NH, NKV, HS, W int
 	eps                  float32
 	qkNorm               bool
-	rope                 *ropeTables
 }
 
 func (m *Model) llamaLayer(l int) llamaLayer {
@@ -333,7 +335,7 @@ func (m *Model) llamaLayer(l int) llamaLayer {
 	return llamaLayer{
 		m: m, l: l, w: &m.Params.Layers[l], d: m.Dev,
 		H: c.HiddenSize, F: c.FFNDim, NH: c.NumHeads, NKV: c.KVHeads(), HS: c.HeadSize(), W: c.qkvWidth(),
-		eps: float32(c.RMSNormEps), qkNorm: c.QKNorm, rope: m.rope,
+		eps: float32(c.RMSNormEps), qkNorm: c.QKNorm,
 	}
 }
 
@@ -367,7 +369,7 @@ func (ly llamaLayer) attention(x llamaBufs) {
 		d.HeadRMSNormForward(x.qkv, x.qRstd, x.qkvRaw, w.QNormW, N, ly.NH, ly.HS, ly.W, ly.eps)
 		d.HeadRMSNormForward(x.qkv.Slice(q, N*ly.W-q), x.kRstd, x.qkvRaw.Slice(q, N*ly.W-q), w.KNormW, N, ly.NKV, ly.HS, ly.W, ly.eps)
 	}
-	d.RoPEForward(x.qkv, x.pos, ly.rope.cos, ly.rope.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
+	d.RoPEForward(x.qkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if kc := x.cache; kc != nil {
 		d.GQAAttentionDecode(x.atty, x.qkv, kc.k[ly.l], kc.v[ly.l], kc.mask, x.b, x.t, x.t0, kc.Tmax, ly.NH, ly.NKV, ly.HS)
 	} else {
@@ -399,7 +401,7 @@ func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 	// Attention block: s1 = x + o_proj(attention(...)), qkv from n1(x).
 	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, ly.widen(x.keptAtty, x.atty), w.OutW, N, ly.NH*ly.HS, ly.H)
 	d.GQAAttentionBackward(a.dqkv, a.datty, x.qkv, x.att, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
-	d.RoPEBackward(a.dqkv, x.pos, ly.rope.cos, ly.rope.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
+	d.RoPEBackward(a.dqkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if ly.qkNorm {
 		q := ly.NH * ly.HS
 		d.HeadRMSNormBackward(a.dqkv, gw.QNormW, a.dqkv, x.qkvRaw, w.QNormW, x.qRstd, N, ly.NH, ly.HS, ly.W)
@@ -410,8 +412,10 @@ func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 	d.RMSNormBackward(a.dA, gw.AttnLNW, a.dB, x.x, w.AttnLNW, x.rstd1, N, ly.H)
 }
 
-// embed: x = embed_tokens(ids).
+// embed: the rotary tables of this shape when not yet there, and x =
+// embed_tokens(ids).
 func (llamaFamily) embed(m *Model, a *Acts) {
+	m.ensureRope(a)
 	m.Dev.EmbeddingForward(a.resid[0], a.ids, m.Params.EmbedToks, a.B*a.T, m.Config.HiddenSize)
 }
 
@@ -440,7 +444,7 @@ func (llamaFamily) embedBackward(m *Model, a *Acts, gr *Params) {
 }
 
 // layoutCache: K and V [B,NKV,Tmax,HS] per layer (sized by the KV heads),
-// and the scratch of chunks of up to MaxChunk positions.
+// the rotary tables of Tmax positions (NewCache fills them), and the scratch of chunks of up to MaxChunk positions.
 func (llamaFamily) layoutCache(c *Config, kc *Cache, alloc func(kernels.DType, int) kernels.Buffer) {
 	H, F, V, NH, NKV, HS, W := c.HiddenSize, c.FFNDim, c.VocabSize, c.NumHeads, c.KVHeads(), c.HeadSize(), c.qkvWidth()
 	b, n := kc.B, kc.B*kc.MaxChunk
@@ -451,6 +455,7 @@ func (llamaFamily) layoutCache(c *Config, kc *Cache, alloc func(kernels.DType, i
 	}
 	kc.mask = alloc(kernels.I32, b*kc.Tmax)
 	kc.ids, kc.pos = alloc(kernels.I32, n), alloc(kernels.I32, n)
+	kc.cos, kc.sin = f32(ropeRows(kc.Tmax)*HS/2), f32(ropeRows(kc.Tmax)*HS/2)
 	kc.x, kc.ln, kc.tmp, kc.h = f32(n*H), f32(n*H), f32(n*H), f32(n*NH*HS)
 	kc.qkv = f32(n * W)
 	if c.QKNorm {
@@ -475,7 +480,7 @@ func (llamaFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
 	}
 	x, ln, tmp, rstd := sl(kc.x, H), sl(kc.ln, H), sl(kc.tmp, H), sl(kc.rstd, 1)
 	bufs := llamaBufs{
-		b: kc.B, t: tn, pos: sl(kc.pos, 1), mask: kc.mask, cache: kc, t0: t0,
+		b: kc.B, t: tn, pos: sl(kc.pos, 1), mask: kc.mask, cos: kc.cos, sin: kc.sin, cache: kc, t0: t0,
 		x: x, s1: x, out: x,
 		ln1: ln, rstd1: rstd, ln2: ln, rstd2: rstd,
 		qkvRaw: sl(kc.qkvRaw, W), qRstd: sl(kc.qRstd, c.NumHeads), kRstd: sl(kc.kRstd, c.KVHeads()),

@@ -73,7 +73,15 @@ type Acts struct {
 	// too. The forward computes them in the F32 working buffers wsH, wsF
 	// and keeps them rounded; the backward widens them there before use.
 	store    bool
-	wsH, wsF kernels.Buffer // [N,H], [N,F] F32 working buffers of the store
+	wsH, wsF kernels.Buffer // [N,H], [N,F] F32 working buffers of the store (LLaMA: [N,max(H,NH·HS)], [N,F])
+
+	// cos, sin are the LLaMA family's rotary tables [ropeRows(T),HS/2]
+	// (see ropeRows); their first ropeRows rows hold the tables of the
+	// inverse frequencies ropeInv (Model.ensureRope), which survive
+	// ReuseActs.
+	cos, sin kernels.Buffer
+	ropeRows int
+	ropeInv  []float32
 
 	seed        uint64
 	logitsLive  bool

@@ -2,6 +2,7 @@ package model
 
 import (
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -60,6 +61,52 @@ func TestBF16StoreBitIdentical(t *testing.T) {
 				if bf16Store(c.w, c.o) {
 					t.Errorf("%s keeps the bf16 store", c.what)
 				}
+			}
+			m.Free()
+		}
+	}
+}
+
+// TestLlamaBF16StoreBitIdentical is TestBF16StoreBitIdentical for the LLaMA
+// family (GQA with llama3 rope scaling, Qwen2's biases, Qwen3's q/k norm
+// and head_dim ≠ H/NH): the bf16 store keeps the RMSNorm outputs, the
+// attention output and silu(gate)·up in BF16, and every output and gradient
+// is bit for bit that of F32 activations, on both bf16 paths, also when a
+// reused set shrinks and grows. The store saves exactly half of those
+// tensors' bytes, less its two F32 working buffers, as ActsBytes says.
+func TestLlamaBF16StoreBitIdentical(t *testing.T) {
+	for _, isa := range []string{"", "generic"} {
+		dev := must(cpu.New(cpu.Options{Threads: 2, ISA: isa}))
+		for _, name := range llamaCases {
+			m := must(Load(dev, filepath.Join("testdata", "llama", name), LoadOptions{DType: kernels.BF16, ValueHead: "yes", ValueHeadSeed: 3}))
+			must(0, m.AllocGrads())
+			c := m.Config
+			H, F, A, L := c.HiddenSize, c.FFNDim, c.NumHeads*c.HeadSize(), c.NumLayers
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, opts := range []ActsOptions{{Train: true}, {Train: true, NoLogits: true}} {
+				f32opts := opts
+				f32opts.F32Acts = true
+				var kept, all *Acts
+				for _, bt := range [][2]int{{3, 9}, {2, 5}, {4, 11}} {
+					b, tt := bt[0], bt[1]
+					kept, all = must(m.ReuseActs(kept, b, tt, opts)), must(m.ReuseActs(all, b, tt, f32opts))
+					if !kept.store || all.store {
+						t.Fatalf("%s %+v: store %v, with F32Acts %v", name, opts, kept.store, all.store)
+					}
+					n := b * tt
+					saved := L*(2*n*H+n*A+n*F)*2 - n*(max(H, A)+F)*4
+					got, f32 := ActsBytes(c, true, b, tt, opts, m.WeightsInfo()), ActsBytes(c, true, b, tt, f32opts, m.WeightsInfo())
+					if f32-got != saved {
+						t.Errorf("%s %dx%d %+v: the store saves %d bytes, want %d", name, b, tt, opts, f32-got, saved)
+					}
+					in, dv := actsBatch(rng, m, b, tt)
+					r1, r2 := runPass(t, m, kept, in, dv), runPass(t, m, all, in, dv)
+					if d := r1.diff(r2); d != "" {
+						t.Errorf("%s isa=%q %dx%d %+v: %s differ between the bf16 store and F32 activations", name, isa, b, tt, opts, d)
+					}
+				}
+				kept.Free()
+				all.Free()
 			}
 			m.Free()
 		}

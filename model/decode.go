@@ -23,6 +23,7 @@ type Cache struct {
 
 	// The scratch of one chunk (the family's layoutCache says which exist).
 	ids, pos         kernels.Buffer // I32 [B·chunk]
+	cos, sin         kernels.Buffer // LLaMA: the rotary tables [ropeRows(Tmax),HS/2]
 	x, h, ln, tmp    kernels.Buffer // [B·chunk,H]; h is the attention output (LLaMA: [B·chunk,NH·HS])
 	qkv, qkvRaw      kernels.Buffer // [B·chunk,3H] (LLaMA: (NH+2·NKV)·HS; qkvRaw before Qwen3's q/k norm)
 	fch, act         kernels.Buffer // [B·chunk,F] (LLaMA: fch [B·chunk,2F] gate|up, act [B·chunk,F])
@@ -89,6 +90,9 @@ func (m *Model) NewCache(b, tmax, maxChunk int) (*Cache, error) {
 	if err != nil {
 		kc.Free()
 		return nil, fmt.Errorf("model: KV cache for %d rows of %d positions: %w", b, tmax, err)
+	}
+	if kc.cos != nil {
+		fillRope(d, kc.cos, kc.sin, m.ropeInv, ropeRows(tmax))
 	}
 	return kc, nil
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -150,46 +151,50 @@ func (llamaFamily) checkPositions(c *Config, pos []int32) error {
 	return nil
 }
 
-// ropeTables are the rotary embedding's cos and sin tables [MaxPositions,
-// HS/2] on the device (kernels.RoPETable of rope_theta and rope_scaling),
-// made once per model and shared by its WithParams views.
-type ropeTables struct {
-	cos, sin kernels.Buffer
+// The rotary tables. A pass reads rows cos[p], sin[p] [HS/2] of
+// kernels.RoPETable (rope_theta and rope_scaling's inverse frequencies,
+// Model.ropeInv) at every position id p it uses; transformers computes the
+// same rows from the position ids in every forward. gochat keeps them with
+// the buffers of the pass, sized to its positions rather than to
+// max_position_embeddings (131072 rows, 33 MB for llama-1b): an Acts for
+// [B,T] holds ropeRows(T) rows, filled by the first Forward that needs
+// them, and a Cache ropeRows(Tmax), filled by NewCache. Row p does not
+// depend on how many rows a table has, so every size computes the same.
+
+// ropeRows is the number of table rows a pass over t positions reads: real
+// tokens sit at 0..t-1 (llamaPositions; a cache's at 0..Tmax-1) and padding
+// at 1.
+func ropeRows(t int) int { return max(t, 2) }
+
+// fillRope writes the first rows rows of the tables of inv into cos and sin
+// ([rows,len(inv)] each).
+func fillRope(dev kernels.Device, cos, sin kernels.Buffer, inv []float32, rows int) {
+	c, s := kernels.RoPETable(inv, rows)
+	dev.WriteF32(cos, c)
+	dev.WriteF32(sin, s)
 }
 
-func newRopeTables(dev kernels.Device, c *Config) (*ropeTables, error) {
-	inv, err := kernels.RoPEInvFreq(c.HeadSize(), c.RopeTheta, c.RopeScaling)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+// ensureRope fills a's rotary tables for m unless a previous Forward did:
+// a's table buffers are kept by ReuseActs while large enough (they are
+// laid out first after the inputs, at a fixed place), so rows filled for a
+// larger T are still there, and a loop over shapes refills them only when T
+// grows past every T before (or another rope_theta/rope_scaling uses a).
+func (m *Model) ensureRope(a *Acts) {
+	r := ropeRows(a.T)
+	if a.ropeRows >= r && slices.Equal(a.ropeInv, m.ropeInv) {
+		return
 	}
-	cos, sin := kernels.RoPETable(inv, c.MaxPositions)
-	r := &ropeTables{}
-	if r.cos, err = dev.Alloc(kernels.F32, len(cos)); err != nil {
-		return nil, fmt.Errorf("model: rotary tables of %d positions: %w", c.MaxPositions, err)
-	}
-	if r.sin, err = dev.Alloc(kernels.F32, len(sin)); err != nil {
-		dev.Free(r.cos)
-		return nil, fmt.Errorf("model: rotary tables of %d positions: %w", c.MaxPositions, err)
-	}
-	dev.WriteF32(r.cos, cos)
-	dev.WriteF32(r.sin, sin)
-	return r, nil
-}
-
-func (r *ropeTables) free(dev kernels.Device) {
-	if r != nil {
-		dev.Free(r.cos)
-		dev.Free(r.sin)
-	}
-}
-
-// ropeTableBytes is what newRopeTables allocates.
-func ropeTableBytes(c *Config) int {
-	return 2 * c.MaxPositions * (c.HeadSize() / 2) * kernels.F32.Size()
+	fillRope(m.Dev, a.cos, a.sin, m.ropeInv, r)
+	a.ropeRows, a.ropeInv = r, m.ropeInv
 }
 
 // layoutActs: the layer's saved tensors (see llamaBufs), the final norm,
-// the heads, and the gradient scratch. The bf16 store is OPT's only.
+// the heads, and the gradient scratch. With a bf16 store (Acts.store) the
+// tensors the backward pass reads only as a matmul's input are BF16: the
+// RMSNorm outputs ln1 and ln2 (q|k|v's and gate|up's input), the attention
+// output atty (o_proj's) and silu(gate)·up (down_proj's); the RMSNorms'
+// inputs, gate|up and q|k|v, which their own backward passes read, stay
+// F32.
 func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) {
 	c := m.Config
 	H, F, V, NH, NKV := c.HiddenSize, c.FFNDim, c.VocabSize, c.NumHeads, c.KVHeads()
@@ -197,30 +202,37 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 	n := b * t
 	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
 	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
+	store := bf16Store(w, opts)
+	kept := f32 // the tensors the bf16 store keeps
+	if store {
+		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
+	}
 	nl := c.NumLayers
 	if opts.Checkpoint {
 		nl = 1
 	}
 	*a = Acts{
-		B: b, T: t, opts: opts,
+		B: b, T: t, opts: opts, store: store,
 		dev: a.dev, backing: a.backing,
 		hostTargets: a.hostTargets[:0],
 		resid:       reuse(a.resid, c.NumLayers+1),
 		layers:      reuse(a.layers, nl),
+		ropeRows:    a.ropeRows, ropeInv: a.ropeInv,
 	}
 	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
+	a.cos, a.sin = f32(ropeRows(t)*c.HeadSize()/2), f32(ropeRows(t)*c.HeadSize()/2) // at a fixed place: ensureRope
 	for i := range a.resid {
 		a.resid[i] = f32(n * H)
 	}
 	for i := range a.layers {
 		la := &a.layers[i]
-		la.ln1, la.ln1Rstd = f32(n*H), f32(n)
+		la.ln1, la.ln1Rstd = kept(n*H), f32(n)
 		if c.QKNorm {
 			la.qkvRaw, la.qRstd, la.kRstd = f32(n*W), f32(n*NH), f32(n*NKV)
 		}
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(n*W), f32(b*NH*t*t), f32(n*A), f32(n*H), f32(n*H)
-		la.ln2, la.ln2Rstd = f32(n*H), f32(n)
-		la.fch, la.fchAct, la.fc2o = f32(2*n*F), f32(n*F), f32(n*H)
+		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(n*W), f32(b*NH*t*t), kept(n*A), f32(n*H), f32(n*H)
+		la.ln2, la.ln2Rstd = kept(n*H), f32(n)
+		la.fch, la.fchAct, la.fc2o = f32(2*n*F), kept(n*F), f32(n*H)
 	}
 	a.fin, a.finRstd = f32(n*H), f32(n)
 	a.y = a.fin
@@ -236,6 +248,9 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 		a.dy = f32(n * H)
 		a.dlosses, a.dvalues = f32(n), f32(n)
 	}
+	if store {
+		a.wsH, a.wsF = f32(n*max(H, A)), f32(n*F) // ln1, atty, ln2; act
+	}
 }
 
 // llamaBufs are the buffers one pass of a layer reads and writes: the
@@ -245,6 +260,7 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 type llamaBufs struct {
 	b, t      int            // rows and positions of this pass (N = b·t)
 	pos, mask kernels.Buffer // I32 [N] position ids; the attention mask ([B,T], or the cache's [B,Tmax])
+	cos, sin  kernels.Buffer // the rotary tables, rows for every position id in pos
 	cache     *Cache         // decoding: attend against (and append to) this cache from position t0
 	t0        int
 
@@ -259,18 +275,46 @@ type llamaBufs struct {
 	gu                   kernels.Buffer // [N,2F] gate|up
 	act                  kernels.Buffer // [N,F] silu(gate)·up
 	fc2o                 kernels.Buffer // [N,H] down_proj output
+
+	// With a bf16 store (Acts.store), ln1, atty, ln2 and act above are
+	// the store's F32 working buffers, and these are where the pass keeps
+	// them, rounded to BF16 (nil without a store).
+	keptLn1, keptAtty, keptLn2, keptAct kernels.Buffer
 }
 
-// forwardBufs are layer l's buffers in a Forward pass.
+// llamaBufs are layer l's buffers in a Forward pass.
 func (a *Acts) llamaBufs(l int) llamaBufs {
 	la := a.layer(l)
-	return llamaBufs{
-		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(),
+	x := llamaBufs{
+		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(), cos: a.cos, sin: a.sin,
 		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
 		ln1: la.ln1, rstd1: la.ln1Rstd, qkvRaw: la.qkvRaw, qRstd: la.qRstd, kRstd: la.kRstd,
 		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut,
 		ln2: la.ln2, rstd2: la.ln2Rstd, gu: la.fch, act: la.fchAct, fc2o: la.fc2o,
 	}
+	if a.store {
+		x.keptLn1, x.keptAtty, x.keptLn2, x.keptAct = la.ln1, la.atty, la.ln2, la.fchAct
+		x.ln1, x.ln2 = a.wsH.Slice(0, la.ln1.Len()), a.wsH.Slice(0, la.ln2.Len())
+		x.atty, x.act = a.wsH.Slice(0, la.atty.Len()), a.wsF
+	}
+	return x
+}
+
+// keep stores an F32 tensor the forward computed into where a bf16 store
+// keeps it (a no-op without one: kept is nil).
+func (ly llamaLayer) keep(kept, ws kernels.Buffer) {
+	if kept != nil {
+		ly.d.Copy(kept, ws)
+	}
+}
+
+// widen returns, as F32, a tensor the forward kept: ws itself without a
+// store (kept nil), else kept widened into the working buffer ws.
+func (ly llamaLayer) widen(kept, ws kernels.Buffer) kernels.Buffer {
+	if kept != nil {
+		ly.d.Copy(ws, kept)
+	}
+	return ws
 }
 
 // llamaLayer is one decoder layer of a model: its weights and sizes, with
@@ -284,7 +328,6 @@ type llamaLayer struct {
 	H, F, NH, NKV, HS, W int
 	eps                  float32
 	qkNorm               bool
-	rope                 *ropeTables
 }
 
 func (m *Model) llamaLayer(l int) llamaLayer {
@@ -292,7 +335,7 @@ func (m *Model) llamaLayer(l int) llamaLayer {
 	return llamaLayer{
 		m: m, l: l, w: &m.Params.Layers[l], d: m.Dev,
 		H: c.HiddenSize, F: c.FFNDim, NH: c.NumHeads, NKV: c.KVHeads(), HS: c.HeadSize(), W: c.qkvWidth(),
-		eps: float32(c.RMSNormEps), qkNorm: c.QKNorm, rope: m.rope,
+		eps: float32(c.RMSNormEps), qkNorm: c.QKNorm,
 	}
 }
 
@@ -301,9 +344,11 @@ func (m *Model) llamaLayer(l int) llamaLayer {
 func (ly llamaLayer) forward(x llamaBufs) {
 	N := x.b * x.t
 	ly.d.RMSNormForward(x.ln1, x.rstd1, x.x, ly.w.AttnLNW, N, ly.H, ly.eps)
+	ly.keep(x.keptLn1, x.ln1)
 	ly.attention(x)
 	ly.d.Add(x.s1, x.x, x.attnOut, N*ly.H)
 	ly.d.RMSNormForward(x.ln2, x.rstd2, x.s1, ly.w.FFNLNW, N, ly.H, ly.eps)
+	ly.keep(x.keptLn2, x.ln2)
 	ly.mlp(x)
 	ly.d.Add(x.out, x.s1, x.fc2o, N*ly.H)
 }
@@ -324,12 +369,13 @@ func (ly llamaLayer) attention(x llamaBufs) {
 		d.HeadRMSNormForward(x.qkv, x.qRstd, x.qkvRaw, w.QNormW, N, ly.NH, ly.HS, ly.W, ly.eps)
 		d.HeadRMSNormForward(x.qkv.Slice(q, N*ly.W-q), x.kRstd, x.qkvRaw.Slice(q, N*ly.W-q), w.KNormW, N, ly.NKV, ly.HS, ly.W, ly.eps)
 	}
-	d.RoPEForward(x.qkv, x.pos, ly.rope.cos, ly.rope.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
+	d.RoPEForward(x.qkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if kc := x.cache; kc != nil {
 		d.GQAAttentionDecode(x.atty, x.qkv, kc.k[ly.l], kc.v[ly.l], kc.mask, x.b, x.t, x.t0, kc.Tmax, ly.NH, ly.NKV, ly.HS)
 	} else {
 		d.GQAAttentionForward(x.atty, x.att, x.qkv, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
 	}
+	ly.keep(x.keptAtty, x.atty)
 	ly.m.linearForward(ly.l, SiteOut, x.attnOut, x.atty, w.OutW, w.OutB, N, ly.NH*ly.HS, ly.H)
 }
 
@@ -338,6 +384,7 @@ func (ly llamaLayer) mlp(x llamaBufs) {
 	w, N := ly.w, x.b*x.t
 	ly.m.linearForward(ly.l, SiteFC1, x.gu, x.ln2, w.FC1W, w.FC1B, N, ly.H, 2*ly.F)
 	ly.d.SwiGLUForward(x.act, x.gu, N, ly.F)
+	ly.keep(x.keptAct, x.act)
 	ly.m.linearForward(ly.l, SiteFC2, x.fc2o, x.act, w.FC2W, w.FC2B, N, ly.F, ly.H)
 }
 
@@ -347,26 +394,28 @@ func (ly llamaLayer) mlp(x llamaBufs) {
 func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 	d, w, N := ly.d, ly.w, x.b*x.t
 	// MLP block: out = s1 + down_proj(silu(gate)·up), gate|up = W1·n2(s1).
-	ly.m.linearBackward(ly.l, SiteFC2, a.dact, gw.FC2W, gw.FC2B, a.dA, x.act, w.FC2W, N, ly.F, ly.H)
+	ly.m.linearBackward(ly.l, SiteFC2, a.dact, gw.FC2W, gw.FC2B, a.dA, ly.widen(x.keptAct, x.act), w.FC2W, N, ly.F, ly.H)
 	d.SwiGLUBackward(a.dfch, a.dact, x.gu, N, ly.F)
-	ly.m.linearBackward(ly.l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, x.ln2, w.FC1W, N, ly.H, 2*ly.F)
+	ly.m.linearBackward(ly.l, SiteFC1, a.dB, gw.FC1W, gw.FC1B, a.dfch, ly.widen(x.keptLn2, x.ln2), w.FC1W, N, ly.H, 2*ly.F)
 	d.RMSNormBackward(a.dA, gw.FFNLNW, a.dB, x.s1, w.FFNLNW, x.rstd2, N, ly.H)
 	// Attention block: s1 = x + o_proj(attention(...)), qkv from n1(x).
-	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, x.atty, w.OutW, N, ly.NH*ly.HS, ly.H)
+	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, ly.widen(x.keptAtty, x.atty), w.OutW, N, ly.NH*ly.HS, ly.H)
 	d.GQAAttentionBackward(a.dqkv, a.datty, x.qkv, x.att, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
-	d.RoPEBackward(a.dqkv, x.pos, ly.rope.cos, ly.rope.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
+	d.RoPEBackward(a.dqkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if ly.qkNorm {
 		q := ly.NH * ly.HS
 		d.HeadRMSNormBackward(a.dqkv, gw.QNormW, a.dqkv, x.qkvRaw, w.QNormW, x.qRstd, N, ly.NH, ly.HS, ly.W)
 		dk := a.dqkv.Slice(q, N*ly.W-q)
 		d.HeadRMSNormBackward(dk, gw.KNormW, dk, x.qkvRaw.Slice(q, N*ly.W-q), w.KNormW, x.kRstd, N, ly.NKV, ly.HS, ly.W)
 	}
-	ly.m.linearBackward(ly.l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, x.ln1, w.QKVW, N, ly.H, ly.W)
+	ly.m.linearBackward(ly.l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, ly.widen(x.keptLn1, x.ln1), w.QKVW, N, ly.H, ly.W)
 	d.RMSNormBackward(a.dA, gw.AttnLNW, a.dB, x.x, w.AttnLNW, x.rstd1, N, ly.H)
 }
 
-// embed: x = embed_tokens(ids).
+// embed: the rotary tables of this shape when not yet there, and x =
+// embed_tokens(ids).
 func (llamaFamily) embed(m *Model, a *Acts) {
+	m.ensureRope(a)
 	m.Dev.EmbeddingForward(a.resid[0], a.ids, m.Params.EmbedToks, a.B*a.T, m.Config.HiddenSize)
 }
 
@@ -395,7 +444,7 @@ func (llamaFamily) embedBackward(m *Model, a *Acts, gr *Params) {
 }
 
 // layoutCache: K and V [B,NKV,Tmax,HS] per layer (sized by the KV heads),
-// and the scratch of chunks of up to MaxChunk positions.
+// the rotary tables of Tmax positions (NewCache fills them), and the scratch of chunks of up to MaxChunk positions.
 func (llamaFamily) layoutCache(c *Config, kc *Cache, alloc func(kernels.DType, int) kernels.Buffer) {
 	H, F, V, NH, NKV, HS, W := c.HiddenSize, c.FFNDim, c.VocabSize, c.NumHeads, c.KVHeads(), c.HeadSize(), c.qkvWidth()
 	b, n := kc.B, kc.B*kc.MaxChunk
@@ -406,6 +455,7 @@ func (llamaFamily) layoutCache(c *Config, kc *Cache, alloc func(kernels.DType, i
 	}
 	kc.mask = alloc(kernels.I32, b*kc.Tmax)
 	kc.ids, kc.pos = alloc(kernels.I32, n), alloc(kernels.I32, n)
+	kc.cos, kc.sin = f32(ropeRows(kc.Tmax)*HS/2), f32(ropeRows(kc.Tmax)*HS/2)
 	kc.x, kc.ln, kc.tmp, kc.h = f32(n*H), f32(n*H), f32(n*H), f32(n*NH*HS)
 	kc.qkv = f32(n * W)
 	if c.QKNorm {
@@ -430,7 +480,7 @@ func (llamaFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
 	}
 	x, ln, tmp, rstd := sl(kc.x, H), sl(kc.ln, H), sl(kc.tmp, H), sl(kc.rstd, 1)
 	bufs := llamaBufs{
-		b: kc.B, t: tn, pos: sl(kc.pos, 1), mask: kc.mask, cache: kc, t0: t0,
+		b: kc.B, t: tn, pos: sl(kc.pos, 1), mask: kc.mask, cos: kc.cos, sin: kc.sin, cache: kc, t0: t0,
 		x: x, s1: x, out: x,
 		ln1: ln, rstd1: rstd, ln2: ln, rstd2: rstd,
 		qkvRaw: sl(kc.qkvRaw, W), qRstd: sl(kc.qRstd, c.NumHeads), kRstd: sl(kc.kRstd, c.KVHeads()),

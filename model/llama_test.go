@@ -618,7 +618,8 @@ func TestLlamaPresets(t *testing.T) {
 }
 
 // TestLlamaMemoryFunctionsMatchAllocations is TestMemoryFunctionsMatchAllocations
-// for the LLaMA family; the KV cache is sized by the KV heads.
+// for the LLaMA family (F32 and BF16 weights, so with and without the bf16
+// store); the KV cache is sized by the KV heads.
 func TestLlamaMemoryFunctionsMatchAllocations(t *testing.T) {
 	dev := newCPU(t, 1)
 	for _, name := range llamaCases {
@@ -628,15 +629,19 @@ func TestLlamaMemoryFunctionsMatchAllocations(t *testing.T) {
 			if got, want := ParamCount(cfg, vh), m.NumParams(); got != want {
 				t.Errorf("%s: ParamCount %d, NumParams %d", name, got, want)
 			}
-			for _, bt := range [][2]int{{1, 1}, {2, 7}} {
-				for k := range 8 {
-					o := ActsOptions{Train: k&1 != 0, Checkpoint: k&2 != 0, NoLogits: k&4 != 0}
-					a := must(m.NewActs(bt[0], bt[1], o))
-					if got, want := ActsBytes(cfg, vh, bt[0], bt[1], o, m.WeightsInfo()), a.Bytes(); got != want {
-						t.Errorf("%s %dx%d %+v: ActsBytes %d, NewActs holds %d", name, bt[0], bt[1], o, got, want)
+			for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+				mm := must(New(dev, cfg, Options{ValueHead: vh, DType: dt}))
+				for _, bt := range [][2]int{{1, 1}, {2, 7}} {
+					for k := range 16 {
+						o := ActsOptions{Train: k&1 != 0, Checkpoint: k&2 != 0, NoLogits: k&4 != 0, F32Acts: k&8 != 0}
+						a := must(mm.NewActs(bt[0], bt[1], o))
+						if got, want := ActsBytes(cfg, vh, bt[0], bt[1], o, mm.WeightsInfo()), a.Bytes(); got != want {
+							t.Errorf("%s %v %dx%d %+v: ActsBytes %d, NewActs holds %d", name, dt, bt[0], bt[1], o, got, want)
+						}
+						a.Free()
 					}
-					a.Free()
 				}
+				mm.Free()
 			}
 			// ZeRO's units: the layers are consecutive blocks between the
 			// embeddings and the final norm and heads.
@@ -696,5 +701,109 @@ func TestLlamaFrozenBase(t *testing.T) {
 	}
 	if got, want := vhead(frozen), vhead(full); !slices.Equal(got, want) {
 		t.Errorf("frozen value-head gradient %v, want %v", got[:3], want[:3])
+	}
+}
+
+// ropeDev counts the F32 writes of a pass: Forward without Train writes
+// nothing F32 but the rotary tables (cos and sin: two writes per fill).
+type ropeDev struct {
+	countingDev
+	writes []int // lengths
+}
+
+func (d *ropeDev) WriteF32(b kernels.Buffer, src []float32) {
+	d.writes = append(d.writes, len(src))
+	d.Device.WriteF32(b, src)
+}
+
+// TestLlamaRopeTables: the rotary tables live with a pass's buffers, sized
+// to its positions, not with the model (whose only allocation is its
+// parameters, whatever max_position_embeddings); a reused Acts fills them
+// only when T grows past every T before, and computes exactly what fresh
+// Acts do over shrinking and growing shapes, with and without gradient
+// checkpointing, also when a model of another rope_theta reuses them; a
+// KV cache fills its tables once, for Tmax positions.
+func TestLlamaRopeTables(t *testing.T) {
+	for _, name := range llamaCases {
+		t.Run(name, func(t *testing.T) {
+			dev := &ropeDev{countingDev: countingDev{Device: newCPU(t, 2)}}
+			src := loadLlama(t, name, LoadOptions{ValueHead: "yes", ValueHeadSeed: 3})
+			cfg := *src.Config
+			cfg.MaxPositions = 131072 // llama-1b's: 33 MB of tables at llama-1b's head size
+			m := must(New(dev, &cfg, Options{ValueHead: true}))
+			if dev.allocs != 1 || dev.elems != m.NumParams() {
+				t.Errorf("New made %d allocations of %d elements, want the %d parameters only", dev.allocs, dev.elems, m.NumParams())
+			}
+			w := make([]float32, m.NumParams())
+			src.Dev.ReadF32(w, src.Params.Flat)
+			dev.Device.WriteF32(m.Params.Flat, w)
+			must(0, m.AllocGrads())
+			HS2 := cfg.HeadSize() / 2
+
+			// Fills: T 5, 9 and 12 fill, the shapes within them do not.
+			var a *Acts
+			rng := rand.New(rand.NewPCG(3, 4))
+			for _, s := range []struct{ b, t, fill int }{{2, 5, 5}, {1, 9, 9}, {3, 3, 0}, {2, 9, 0}, {1, 12, 12}, {1, 1, 0}} {
+				a = must(m.ReuseActs(a, s.b, s.t, ActsOptions{}))
+				in, _ := actsBatch(rng, m, s.b, s.t)
+				dev.writes = nil
+				if err := m.Forward(a, in); err != nil {
+					t.Fatal(err)
+				}
+				want := []int(nil)
+				if s.fill > 0 {
+					want = []int{s.fill * HS2, s.fill * HS2}
+				}
+				if !slices.Equal(dev.writes, want) {
+					t.Errorf("a [%d,%d] pass wrote %v F32 elements, want %v", s.b, s.t, dev.writes, want)
+				}
+			}
+			a.Free()
+
+			// Reused and fresh Acts agree bit for bit; the shape [1,1] has a
+			// padding row at position 1 beyond T.
+			other := cfg
+			other.RopeTheta *= 3
+			o := must(New(dev, &other, Options{ValueHead: true}))
+			dev.Device.WriteF32(o.Params.Flat, w)
+			must(0, o.AllocGrads())
+			shapes := [][2]int{{2, 9}, {3, 4}, {1, 12}, {2, 1}, {4, 7}}
+			for _, opts := range []ActsOptions{{Train: true}, {Train: true, Checkpoint: true}} {
+				var r *Acts
+				for i, s := range shapes {
+					mm := m
+					if i%2 == 1 {
+						mm = o
+					}
+					in, dv := actsBatch(rng, mm, s[0], s[1])
+					if s[1] == 1 {
+						in.Mask = []int32{1, 0}
+					}
+					r = must(mm.ReuseActs(r, s[0], s[1], opts))
+					fresh := must(mm.NewActs(s[0], s[1], opts))
+					if d := runPass(t, mm, r, in, dv).diff(runPass(t, mm, fresh, in, dv)); d != "" {
+						t.Errorf("%+v shape %v: %s of reused activations differ from fresh ones", opts, s, d)
+					}
+					fresh.Free()
+				}
+				r.Free()
+			}
+
+			// A cache fills its tables for Tmax positions, once.
+			dev.writes = nil
+			kc := must(m.NewCache(2, 6, 3))
+			if want := []int{6 * HS2, 6 * HS2}; !slices.Equal(dev.writes, want) {
+				t.Errorf("NewCache wrote %v F32 elements, want %v", dev.writes, want)
+			}
+			dev.writes = nil
+			must(m.Decode(kc, []int32{5, 6, 7, 8, 9, 10}, nil, 3, LastLogits))
+			must(m.Decode(kc, []int32{5, 6}, nil, 1, LastLogits))
+			if len(dev.writes) != 0 {
+				t.Errorf("Decode wrote %v F32 elements", dev.writes)
+			}
+			kc.Free()
+			o.Free()
+			m.Free()
+		})
 	}
 }

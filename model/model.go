@@ -58,7 +58,7 @@ type Model struct {
 	opts    Options
 	specs   []paramSpec
 	adapter Adapter
-	rope    *ropeTables // the LLaMA family's rotary tables; shared with WithParams views
+	ropeInv []float32 // the LLaMA family's rotary inverse frequencies [HS/2] (host; shared with WithParams views)
 }
 
 // ParamHook lets a caller keep weights in memory only while a pass reads
@@ -122,9 +122,9 @@ func New(dev kernels.Device, cfg *Config, opts Options) (*Model, error) {
 	}
 	m := &Model{Config: cfg, Dev: dev, Params: newParams(cfg, specs, flat), opts: opts, specs: specs}
 	if cfg.IsLlamaFamily() {
-		if m.rope, err = newRopeTables(dev, cfg); err != nil {
+		if m.ropeInv, err = kernels.RoPEInvFreq(cfg.HeadSize(), cfg.RopeTheta, cfg.RopeScaling); err != nil {
 			dev.Free(flat)
-			return nil, err
+			return nil, fmt.Errorf("model: %w", err)
 		}
 	}
 	return m, nil
@@ -138,8 +138,6 @@ func (m *Model) DType() kernels.DType { return m.opts.DType }
 func (m *Model) Free() {
 	m.Dev.Free(m.Params.Flat)
 	m.freeGrads()
-	m.rope.free(m.Dev)
-	m.rope = nil
 }
 
 func (m *Model) freeGrads() {

@@ -20,11 +20,11 @@ func (m *Model) WithParams(flat kernels.Buffer) *Model {
 	opts := m.opts
 	opts.DType = flat.DType()
 	return &Model{
-		Config: m.Config,
-		Dev:    m.Dev,
-		Params: newParams(m.Config, m.specs, flat),
-		opts:   opts,
-		specs:  m.specs,
-		rope:   m.rope,
+		Config:  m.Config,
+		Dev:     m.Dev,
+		Params:  newParams(m.Config, m.specs, flat),
+		opts:    opts,
+		specs:   m.specs,
+		ropeInv: m.ropeInv,
 	}
 }

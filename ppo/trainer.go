@@ -18,7 +18,7 @@ import (
 type Models struct {
 	// Actor is the trained policy behind the hybrid engine. ActorLoRA is the
 	// engine's adapter set (nil without LoRA), trained with the actor.
-	Actor     *hybridengine.Engine
+	Actor     *hybridengine.Engine[*model.Model]
 	ActorLoRA *lora.LoRA
 	// Ref is the frozen reference (the SFT model): no gradients, never
 	// changed.

@@ -20,7 +20,7 @@ type trainerRig struct {
 	dev                 kernels.Device
 	actor, ref, critic  *model.Model
 	reward              *model.Model
-	engine              *hybridengine.Engine
+	engine              *hybridengine.Engine[*model.Model]
 	trainer             *Trainer
 	cfg                 Config
 	opts                Options

@@ -76,27 +76,53 @@ type Options struct {
 	GradientCheckpointing bool
 }
 
-// Engine is the actor of PPO in Train or Generate mode. It is not safe for
-// concurrent use.
-type Engine struct {
-	m    *model.Model
+// Model is what an Engine uses of its actor, a model of type M: its
+// configuration, device and flat parameters, the LoRA adapter slot,
+// training activations, and, in Generate mode, a view of itself over the
+// inference workspace (WithParams, an M too) that decodes with a KV cache.
+// *model.Model implements Model[*model.Model].
+type Model[M any] interface {
+	ModelConfig() *model.Config
+	Device() kernels.Device
+	// DType, NumParams and Parameters().Flat are the flat parameter
+	// buffer the inference workspace copies.
+	DType() kernels.DType
+	NumParams() int
+	Parameters() *model.Params
+	SetAdapter(a model.Adapter)
+	NewActs(b, t int, opts model.ActsOptions) (*model.Acts, error)
+	// WithParams is a view of the model over flat (NumParams elements of
+	// DType on Device) with no adapter, leaving the model unchanged.
+	WithParams(flat kernels.Buffer) M
+	NewCache(b, tmax, maxChunk int) (*model.Cache, error)
+	Decode(kc *model.Cache, ids, mask []int32, tn int, out model.DecodeOutput) ([]float32, error)
+}
+
+var _ Model[*model.Model] = (*model.Model)(nil)
+
+// Engine is the actor of PPO, a model of type M, in Train or Generate mode.
+// Model and InferenceModel hand out M itself, so a caller keeps the
+// model's full type (Engine[*model.Model]). It is not safe for concurrent
+// use.
+type Engine[M Model[M]] struct {
+	m    M
 	lo   *lora.LoRA
 	opts Options
 	mode Mode
 
 	ws  kernels.Buffer // inference workspace (base + fused LoRA); nil without LoRA
-	inf *model.Model   // Generate-mode model: a view over ws, or m without LoRA
+	inf M              // Generate-mode model: a view over ws, or m without LoRA; zero in Train mode
 	kc  *model.Cache
 }
 
 // New returns an engine in Train mode for m and its adapters lo (nil: no
 // LoRA). It attaches lo to m as m's adapter (detaching any other).
-func New(m *model.Model, lo *lora.LoRA, opts Options) (*Engine, error) {
+func New[M Model[M]](m M, lo *lora.LoRA, opts Options) (*Engine[M], error) {
 	if opts.MaxAnswerLen < 1 {
 		return nil, fmt.Errorf("hybridengine: max answer length must be >= 1, got %d", opts.MaxAnswerLen)
 	}
-	if opts.MaxAnswerLen >= m.Config.MaxPositions {
-		return nil, fmt.Errorf("hybridengine: max answer length %d leaves no room for a prompt in max_position_embeddings %d", opts.MaxAnswerLen, m.Config.MaxPositions)
+	if c := m.ModelConfig(); opts.MaxAnswerLen >= c.MaxPositions {
+		return nil, fmt.Errorf("hybridengine: max answer length %d leaves no room for a prompt in max_position_embeddings %d", opts.MaxAnswerLen, c.MaxPositions)
 	}
 	if err := opts.Sample.Validate(); err != nil {
 		return nil, fmt.Errorf("hybridengine: %w", err)
@@ -106,7 +132,7 @@ func New(m *model.Model, lo *lora.LoRA, opts Options) (*Engine, error) {
 	} else {
 		m.SetAdapter(nil)
 	}
-	return &Engine{m: m, lo: lo, opts: opts}, nil
+	return &Engine[M]{m: m, lo: lo, opts: opts}, nil
 }
 
 // GenerateBytes is what an engine for a model with config c and
@@ -122,17 +148,18 @@ func GenerateBytes(c *model.Config, valueHead bool, dt kernels.DType, withLoRA b
 }
 
 // Mode reports the current mode.
-func (e *Engine) Mode() Mode { return e.mode }
+func (e *Engine[M]) Mode() Mode { return e.mode }
 
 // Options returns the engine's options.
-func (e *Engine) Options() Options { return e.opts }
+func (e *Engine[M]) Options() Options { return e.opts }
 
 // Model returns the Train-mode model (with the LoRA adapters attached) for
 // forward and backward passes and optimizer steps. It is an error in
 // Generate mode.
-func (e *Engine) Model() (*model.Model, error) {
+func (e *Engine[M]) Model() (M, error) {
 	if err := e.want(TrainMode, "Model"); err != nil {
-		return nil, err
+		var zero M
+		return zero, err
 	}
 	return e.m, nil
 }
@@ -140,7 +167,7 @@ func (e *Engine) Model() (*model.Model, error) {
 // TrainActs allocates activation buffers for training on [b,t] batches:
 // opts with Train set, and Checkpoint set when the engine uses gradient
 // checkpointing. It is an error in Generate mode.
-func (e *Engine) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error) {
+func (e *Engine[M]) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error) {
 	opts, err := e.TrainActsOptions(opts)
 	if err != nil {
 		return nil, err
@@ -152,7 +179,7 @@ func (e *Engine) TrainActs(b, t int, opts model.ActsOptions) (*model.Acts, error
 // Checkpoint set when the engine uses gradient checkpointing), for callers
 // that reuse activation buffers (model.ReuseActs). It is an error in
 // Generate mode.
-func (e *Engine) TrainActsOptions(opts model.ActsOptions) (model.ActsOptions, error) {
+func (e *Engine[M]) TrainActsOptions(opts model.ActsOptions) (model.ActsOptions, error) {
 	if err := e.want(TrainMode, "TrainActs"); err != nil {
 		return opts, err
 	}
@@ -165,14 +192,15 @@ func (e *Engine) TrainActsOptions(opts model.ActsOptions) (model.ActsOptions, er
 // no adapter (the base model itself without LoRA). Use it for passes that
 // need no gradients while in Generate mode; it must not be trained. It is
 // an error in Train mode.
-func (e *Engine) InferenceModel() (*model.Model, error) {
+func (e *Engine[M]) InferenceModel() (M, error) {
 	if err := e.want(GenerateMode, "InferenceModel"); err != nil {
-		return nil, err
+		var zero M
+		return zero, err
 	}
 	return e.inf, nil
 }
 
-func (e *Engine) want(m Mode, op string) error {
+func (e *Engine[M]) want(m Mode, op string) error {
 	if e.mode != m {
 		return fmt.Errorf("hybridengine: %s needs %s mode; the engine is in %s mode", op, m, e.mode)
 	}
@@ -183,14 +211,14 @@ func (e *Engine) want(m Mode, op string) error {
 // parameters into the inference workspace (allocated unless kept, in the
 // parameters' dtype: bf16 in mixed precision, never an fp32 copy) and fuses
 // the adapters there. It does nothing in Generate mode.
-func (e *Engine) EnterGenerate() error {
+func (e *Engine[M]) EnterGenerate() error {
 	if e.mode == GenerateMode {
 		return nil
 	}
 	if e.lo == nil {
 		e.inf = e.m
 	} else {
-		d := e.m.Dev
+		d := e.m.Device()
 		if e.ws == nil {
 			ws, err := d.Alloc(e.m.DType(), e.m.NumParams())
 			if err != nil {
@@ -198,7 +226,7 @@ func (e *Engine) EnterGenerate() error {
 			}
 			e.ws, e.inf = ws, e.m.WithParams(ws)
 		}
-		d.Copy(e.ws, e.m.Params.Flat)
+		d.Copy(e.ws, e.m.Parameters().Flat)
 		if err := e.lo.Fuse(e.ws); err != nil {
 			return fmt.Errorf("hybridengine: %w", err)
 		}
@@ -213,17 +241,18 @@ func (e *Engine) EnterGenerate() error {
 // Train switches to Train mode, releasing the inference workspace and the
 // KV cache unless Options.KeepInferenceCache is set. It does nothing in
 // Train mode.
-func (e *Engine) Train() {
+func (e *Engine[M]) Train() {
 	if e.mode == TrainMode {
 		return
 	}
 	if !e.opts.KeepInferenceCache {
 		if e.ws != nil {
-			e.m.Dev.Free(e.ws)
+			e.m.Device().Free(e.ws)
 		}
 		e.kc.Free()
-		e.ws, e.inf, e.kc = nil, nil, nil
-		if t, ok := e.m.Dev.(trimmer); ok {
+		var none M
+		e.ws, e.inf, e.kc = nil, none, nil
+		if t, ok := e.m.Device().(trimmer); ok {
 			t.Trim()
 		}
 	}
@@ -236,7 +265,7 @@ type trimmer interface{ Trim() }
 
 // cache returns a reset KV cache for b rows of up to tmax positions with
 // prefill chunks of chunk positions, reusing the engine's when it fits.
-func (e *Engine) cache(b, tmax, chunk int) (*model.Cache, error) {
+func (e *Engine[M]) cache(b, tmax, chunk int) (*model.Cache, error) {
 	if kc := e.kc; kc != nil && kc.B == b && kc.Tmax >= tmax && kc.MaxChunk >= chunk {
 		kc.Reset()
 		return kc, nil

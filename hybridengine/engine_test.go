@@ -62,7 +62,7 @@ func randomizeLoRA(m *model.Model, lo *lora.LoRA, seed uint64) {
 	m.Dev.WriteF32(lo.Params, h)
 }
 
-func newEngine(t testing.TB, m *model.Model, lo *lora.LoRA, opts Options) *Engine {
+func newEngine(t testing.TB, m *model.Model, lo *lora.LoRA, opts Options) *Engine[*model.Model] {
 	t.Helper()
 	e, err := New(m, lo, opts)
 	if err != nil {
@@ -140,7 +140,7 @@ func hostParams(m *model.Model) []float32 {
 // the logits of every position: a prefill chunk of the first prefill
 // positions (all their logits), then one position per step (the last
 // logits, as Generate's decoding steps read them). It returns [B,T,V].
-func cachedLogits(t *testing.T, e *Engine, p Prompts, prefill int) []float32 {
+func cachedLogits(t *testing.T, e *Engine[*model.Model], p Prompts, prefill int) []float32 {
 	t.Helper()
 	im, err := e.InferenceModel()
 	if err != nil {

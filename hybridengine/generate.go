@@ -102,11 +102,11 @@ func (s Stats) TokensPerSecond() float64 {
 // (unless Options.IgnoreEOS) and
 // then feeds PAD with mask 0; decoding ends when every row has stopped or
 // MaxAnswerLen tokens were generated.
-func (e *Engine) Generate(p Prompts) (*Rollout, error) {
+func (e *Engine[M]) Generate(p Prompts) (*Rollout, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	c := e.m.Config
+	c := e.m.ModelConfig()
 	B, Tp, Ta := p.B, p.T, e.opts.MaxAnswerLen
 	if Tp+Ta > c.MaxPositions {
 		return nil, fmt.Errorf("hybridengine: prompt length %d + max answer length %d exceed max_position_embeddings %d (lower --max-prompt-seq-len or --max-answer-seq-len)", Tp, Ta, c.MaxPositions)
@@ -201,8 +201,8 @@ func (e *Engine) Generate(p Prompts) (*Rollout, error) {
 // Stops reports whether tok ends an answer: one of the model's EOS ids
 // (eos_token_id may list several, as Llama-3's does) or of
 // Options.StopIDs.
-func (e *Engine) Stops(tok int32) bool {
-	return e.m.Config.IsEOS(tok) || slices.Contains(e.opts.StopIDs, tok)
+func (e *Engine[M]) Stops(tok int32) bool {
+	return e.m.ModelConfig().IsEOS(tok) || slices.Contains(e.opts.StopIDs, tok)
 }
 
 // rowSeed derives a row's sampling seed from the run's seed and the row's

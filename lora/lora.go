@@ -67,10 +67,22 @@ type LoRA struct {
 
 var _ model.Adapter = (*LoRA)(nil)
 
+// Model is what New reads of the model it adapts: its configuration (the
+// linear layers to select), its device, and where each selected layer's
+// base weight lies in the flat parameter buffer (the layout Fuse writes
+// into). *model.Model implements it.
+type Model interface {
+	ModelConfig() *model.Config
+	Device() kernels.Device
+	ParamRange(name string) (offset int, shape []int, ok bool)
+}
+
+var _ Model = (*model.Model)(nil)
+
 // New creates adapters for the linear layers of m that cfg selects,
 // initialised as DeepSpeed-Chat does (right ~ U(-1/√r, 1/√r), left = 0)
 // from seed. It is an error when the pattern matches nothing.
-func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
+func New(m Model, cfg Config, seed uint64) (*LoRA, error) {
 	if cfg.Dim <= 0 {
 		return nil, fmt.Errorf("lora: dimension must be > 0, got %d", cfg.Dim)
 	}
@@ -80,7 +92,7 @@ func New(m *model.Model, cfg Config, seed uint64) (*LoRA, error) {
 	if cfg.ModuleName == "" {
 		cfg.ModuleName = DefaultModules
 	}
-	c, d, r := m.Config, m.Dev, cfg.Dim
+	c, d, r := m.ModelConfig(), m.Device(), cfg.Dim
 	lo := &LoRA{cfg: cfg, dev: d, scale: float32(cfg.Scaling / float64(r)), baseRange: map[string][2]int{}}
 	lo.sites = make([][model.NumSites][]*part, c.NumLayers)
 	for s := range model.NumSites {

@@ -185,7 +185,7 @@ func (t *Trainer) generate(p hybridengine.Prompts, scale bool) (*Batch, error) {
 }
 
 // logProbs runs an evaluation forward of m and returns logp [B,S−1].
-func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32, b, s int) ([]float32, error) {
+func (t *Trainer) logProbs(site int, m LogProber, seq, attn, targets []int32, b, s int) ([]float32, error) {
 	a, err := t.acts.get(site, m, b, s, t.opts.siteActs(site, false))
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (t *Trainer) logProbs(site int, m *model.Model, seq, attn, targets []int32,
 
 // values runs an evaluation forward of a value model and returns its values
 // [B,S].
-func (t *Trainer) values(site int, m *model.Model, seq, attn []int32, b, s int) ([]float32, error) {
+func (t *Trainer) values(site int, m Critic, seq, attn []int32, b, s int) ([]float32, error) {
 	a, err := t.acts.get(site, m, b, s, t.opts.siteActs(site, false))
 	if err != nil {
 		return nil, err
@@ -220,7 +220,7 @@ func (t *Trainer) values(site int, m *model.Model, seq, attn []int32, b, s int) 
 func (t *Trainer) rewardScores(seq, attn []int32, B, S, P int, gs *GenStats) ([]float32, error) {
 	seqs := make([][]int32, B)
 	scores := make([]float32, B)
-	limit := t.m.Reward.Config.MaxPositions
+	limit := t.m.Reward.ModelConfig().MaxPositions
 	for b := range B {
 		var prompt, answer []int32
 		for i := range S {

@@ -204,14 +204,14 @@ func CheckLengths(m Models, maxPrompt, maxAnswer, rewardExtra int) error {
 	n := maxPrompt + maxAnswer
 	for _, x := range []struct {
 		name  string
-		m     *model.Model
+		m     configured
 		n     int
 		extra string
 	}{{"actor", actor, n, ""}, {"critic", m.Critic, n, ""},
 		{"reward model", m.Reward, n + rewardExtra, fmt.Sprintf(" + %d tokens of --reward-end-text (or the chat template's end of turn)", rewardExtra)}} {
-		if x.m != nil && x.n > x.m.Config.MaxPositions {
+		if x.m != nil && x.n > x.m.ModelConfig().MaxPositions {
 			return fmt.Errorf("--max-prompt-seq-len + --max-answer-seq-len%s = %d exceeds the %s's max_position_embeddings %d",
-				x.extra, x.n, x.name, x.m.Config.MaxPositions)
+				x.extra, x.n, x.name, x.m.ModelConfig().MaxPositions)
 		}
 	}
 	return nil

@@ -316,7 +316,7 @@ func TestRunNonFinite(t *testing.T) {
 // TestCheckLengths: the reward model's limit counts the end text.
 func TestCheckLengths(t *testing.T) {
 	r := newRunRig(t, false)
-	max := r.m.Reward.Config.MaxPositions
+	max := r.m.Reward.ModelConfig().MaxPositions
 	if err := CheckLengths(r.m, max-4, 4, 0); err != nil {
 		t.Errorf("fitting lengths refused: %v", err)
 	}

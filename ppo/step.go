@@ -229,7 +229,7 @@ func (t *Trainer) TrainIteration(it Iteration) (StepStats, error) {
 // loss, the finite check of the mean over the n streams, clipping, the
 // step at schedule step iter, EMA. It records the unscaled mean loss and
 // the gradient norm in st and returns the tokens it trained on.
-func (t *Trainer) unsupStep(actor *model.Model, it Iteration, iter, n int, st *StepStats) (int, error) {
+func (t *Trainer) unsupStep(actor Actor, it Iteration, iter, n int, st *StepStats) (int, error) {
 	loss, tokens := []float64{0}, 0
 	for _, m := range it.Micros {
 		u := m.Unsup
@@ -266,7 +266,7 @@ func (t *Trainer) unsupStep(actor *model.Model, it Iteration, iter, n int, st *S
 
 // unsupPass runs the actor's forward and the backward of UnsupCoef × its
 // mean LM loss on one unsupervised batch and returns the unscaled loss.
-func (t *Trainer) unsupPass(actor *model.Model, u *UnsupBatch, stream, streams int) (float64, error) {
+func (t *Trainer) unsupPass(actor Actor, u *UnsupBatch, stream, streams int) (float64, error) {
 	if len(u.IDs) != u.B*u.T || (u.Mask != nil && len(u.Mask) != u.B*u.T) {
 		return 0, fmt.Errorf("ppo: unsupervised batch of %d ids, want [%d,%d]", len(u.IDs), u.B, u.T)
 	}
@@ -376,15 +376,15 @@ func (t *Trainer) estimates(it Iteration) ([]Estimates[float32], int, error) {
 
 // updateEMA folds the actor's trained weights into the EMA (under ZeRO-3,
 // on the ranges of them this rank keeps).
-func (t *Trainer) updateEMA(actor *model.Model) error {
-	d := actor.Dev
+func (t *Trainer) updateEMA(actor Actor) error {
+	d := actor.Device()
 	if t.emaFlat != nil {
 		rs, ok := t.actorOpt.Partitioned(emaOf)
 		if !ok {
 			rs = []zero.Range{{Lo: 0, Hi: t.emaFlat.Len()}}
 		}
 		for _, r := range rs {
-			if err := EMAUpdate(d, t.emaFlat.Slice(r.Lo, r.Len()), actor.Params.Flat.Slice(r.Lo, r.Len()), t.cfg.EMABeta); err != nil {
+			if err := EMAUpdate(d, t.emaFlat.Slice(r.Lo, r.Len()), actor.Parameters().Flat.Slice(r.Lo, r.Len()), t.cfg.EMABeta); err != nil {
 				return err
 			}
 		}
@@ -522,9 +522,9 @@ type actsOwner struct {
 	valueHead bool
 }
 
-func ownerOf(m *model.Model) actsOwner { return actsOwner{m.Config, m.Dev, m.HasValueHead()} }
+func ownerOf(m Forwarder) actsOwner { return actsOwner{m.ModelConfig(), m.Device(), m.HasValueHead()} }
 
-func (c *actsCache) get(site int, m *model.Model, b, s int, opts model.ActsOptions) (*model.Acts, error) {
+func (c *actsCache) get(site int, m Forwarder, b, s int, opts model.ActsOptions) (*model.Acts, error) {
 	prev := c.acts[site]
 	if c.owner[site] != ownerOf(m) {
 		prev.Free()

@@ -11,26 +11,83 @@ import (
 	"github.com/gochat-ai/gochat/lora"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/optim"
+	"github.com/gochat-ai/gochat/reward"
 	"github.com/gochat-ai/gochat/train"
+)
+
+// Forwarder is a model step 3 runs forward passes of, on activation
+// buffers it keeps between passes (laid out for the model's config, device
+// and value head).
+type Forwarder interface {
+	ModelConfig() *model.Config
+	Device() kernels.Device
+	HasValueHead() bool
+	ReuseActs(a *model.Acts, b, t int, opts model.ActsOptions) (*model.Acts, error)
+	Forward(a *model.Acts, in model.Batch) error
+}
+
+// LogProber is a model step 3 reads token log-probabilities from (the
+// actor's Generate-mode view, the reference).
+type LogProber interface {
+	Forwarder
+	Losses(a *model.Acts) ([]float32, error)
+}
+
+// Reference is what step 3 uses of the frozen reference model: its
+// log-probabilities and its size (it must be the actor's architecture).
+type Reference interface {
+	LogProber
+	NumParams() int
+}
+
+// Critic is what step 3 uses of the critic: its values, their backward
+// pass, and what train.ModelTrainable needs to build its optimizer.
+type Critic interface {
+	Forwarder
+	train.Model
+	Values(a *model.Acts) ([]float32, error)
+	Backward(a *model.Acts, g model.Grad) error
+}
+
+// Actor is what step 3 uses of the actor in Train mode (Engine.Model):
+// its log-probabilities and LM loss, their backward passes, its flat
+// parameters (the EMA) and what train.ModelTrainable needs.
+type Actor interface {
+	LogProber
+	train.Model
+	MeanLoss(a *model.Acts) (float32, int, error)
+	MeanLossGrad(a *model.Acts) model.Grad
+	Backward(a *model.Acts, g model.Grad) error
+}
+
+// configured is a model whose configuration is checked.
+type configured interface{ ModelConfig() *model.Config }
+
+var (
+	_ Reference = (*model.Model)(nil)
+	_ Critic    = (*model.Model)(nil)
+	_ Actor     = (*model.Model)(nil)
 )
 
 // Models are the four models of step 3.
 type Models struct {
-	// Actor is the trained policy behind the hybrid engine. ActorLoRA is the
-	// engine's adapter set (nil without LoRA), trained with the actor.
-	Actor     *hybridengine.Engine
+	// Actor is the trained policy behind the hybrid engine (an Actor, the
+	// engine's Model); the engine hands out the model's own type, so it is
+	// the concrete *model.Model here. ActorLoRA is the engine's adapter set
+	// (nil without LoRA), trained with the actor.
+	Actor     *hybridengine.Engine[*model.Model]
 	ActorLoRA *lora.LoRA
 	// Ref is the frozen reference (the SFT model): no gradients, never
 	// changed.
-	Ref *model.Model
+	Ref Reference
 	// Critic is the trained value model (a value head; initialised from the
 	// reward model). CriticLoRA, when not nil, must already be attached to
 	// Critic with SetAdapter.
-	Critic     *model.Model
+	Critic     Critic
 	CriticLoRA *lora.LoRA
 	// Reward is the frozen reward model (a value head): no gradients, never
 	// changed.
-	Reward *model.Model
+	Reward reward.Scorer
 }
 
 // Options configure a Trainer beyond the PPO constants of Config.
@@ -128,13 +185,13 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 	if !m.Critic.HasValueHead() || !m.Reward.HasValueHead() {
 		return nil, fmt.Errorf("ppo: the critic and the reward model need a value head")
 	}
-	v := actor.Config.VocabSize
+	v := actor.ModelConfig().VocabSize
 	for _, x := range []struct {
 		name string
-		m    *model.Model
+		m    configured
 	}{{"reference", m.Ref}, {"critic", m.Critic}, {"reward", m.Reward}} {
-		if x.m.Config.VocabSize != v {
-			return nil, fmt.Errorf("ppo: %s model has vocabulary %d, the actor %d", x.name, x.m.Config.VocabSize, v)
+		if x.m.ModelConfig().VocabSize != v {
+			return nil, fmt.Errorf("ppo: %s model has vocabulary %d, the actor %d", x.name, x.m.ModelConfig().VocabSize, v)
 		}
 	}
 	if m.Ref.NumParams() != actor.NumParams() {
@@ -158,23 +215,23 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 		return nil, fmt.Errorf("ppo: critic: %w", err)
 	}
 	oc.ZeRO = opts.ActorZeRO
-	if t.actorOpt, err = train.NewOptimizer(actor.Dev, actorTr, oc); err != nil {
+	if t.actorOpt, err = train.NewOptimizer(actor.Device(), actorTr, oc); err != nil {
 		return nil, fmt.Errorf("ppo: actor optimizer: %w", err)
 	}
 	oc.ZeRO = opts.CriticZeRO
-	if t.criticOpt, err = train.NewOptimizer(m.Critic.Dev, criticTr, oc); err != nil {
+	if t.criticOpt, err = train.NewOptimizer(m.Critic.Device(), criticTr, oc); err != nil {
 		t.actorOpt.Free()
 		return nil, fmt.Errorf("ppo: critic optimizer: %w", err)
 	}
 	if opts.EnableEMA {
-		d := actor.Dev
+		d := actor.Device()
 		// The EMA is fp32 even for bf16 weights: 1−β = 0.008 of a step
 		// is below bf16's resolution and would be lost.
-		if !actor.FreezeBase {
+		if !actor.BaseFrozen() {
 			if t.emaFlat, err = d.Alloc(kernels.F32, actor.NumParams()); err != nil {
 				return nil, fmt.Errorf("ppo: actor EMA: %w", err)
 			}
-			d.Copy(t.emaFlat, actor.Params.Flat)
+			d.Copy(t.emaFlat, actor.Parameters().Flat)
 		}
 		if m.ActorLoRA != nil {
 			if t.emaLoRA, err = d.Alloc(kernels.F32, m.ActorLoRA.NumParams()); err != nil {
@@ -189,7 +246,7 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 // group is the ranks the Trainer averages over.
 func (t *Trainer) group() group {
 	actor, _ := t.m.Actor.Model()
-	return group{comm: t.opts.Comm, dev: actor.Dev}
+	return group{comm: t.opts.Comm, dev: actor.Device()}
 }
 
 // Sharded reports whether the ranks hold different parts of the trained

@@ -20,7 +20,7 @@ type trainerRig struct {
 	dev                 kernels.Device
 	actor, ref, critic  *model.Model
 	reward              *model.Model
-	engine              *hybridengine.Engine
+	engine              *hybridengine.Engine[*model.Model]
 	trainer             *Trainer
 	cfg                 Config
 	opts                Options
@@ -83,9 +83,14 @@ func newRig(t testing.TB, cfg Config, opts Options, eo hybridengine.Options) *tr
 	return r
 }
 
-func params(m *model.Model) []float32 {
-	out := make([]float32, m.NumParams())
-	m.Dev.ReadF32(out, m.Params.Flat)
+// params reads a model's flat parameters.
+func params(m interface {
+	Device() kernels.Device
+	Parameters() *model.Params
+}) []float32 {
+	flat := m.Parameters().Flat
+	out := make([]float32, flat.Len())
+	m.Device().ReadF32(out, flat)
 	return out
 }
 

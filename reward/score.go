@@ -84,21 +84,34 @@ func ScoreActs(b, t int) model.ActsShape {
 	return model.ActsShape{B: b, T: t, Opts: model.ActsOptions{Checkpoint: true, NoLogits: true}}
 }
 
+// Scorer is what Score uses of a reward model: evaluation forwards of its
+// value head. *model.Model implements it.
+type Scorer interface {
+	ModelConfig() *model.Config
+	HasValueHead() bool
+	NewActs(b, t int, opts model.ActsOptions) (*model.Acts, error)
+	Forward(a *model.Acts, in model.Batch) error
+	Values(a *model.Acts) ([]float32, error)
+}
+
+var _ Scorer = (*model.Model)(nil)
+
 // Score returns the reward model's score of each token sequence: the value
 // head's output at the sequence's last token, as the pairwise loss scores
 // pairs (REFERENCE.md §4). Sequences are scored in batches of at most
 // batch rows (0 = all at once), right-padded to the longest in the batch.
 // A sequence must be non-empty and no longer than max_position_embeddings.
-func Score(m *model.Model, seqs [][]int32, batch int) ([]float32, error) {
+func Score(m Scorer, seqs [][]int32, batch int) ([]float32, error) {
 	if !m.HasValueHead() {
 		return nil, fmt.Errorf("reward: the model has no value head")
 	}
+	c := m.ModelConfig()
 	for i, s := range seqs {
 		if len(s) == 0 {
 			return nil, fmt.Errorf("reward: sequence %d is empty", i)
 		}
-		if len(s) > m.Config.MaxPositions {
-			return nil, fmt.Errorf("reward: sequence %d has %d tokens, more than max_position_embeddings %d", i, len(s), m.Config.MaxPositions)
+		if len(s) > c.MaxPositions {
+			return nil, fmt.Errorf("reward: sequence %d has %d tokens, more than max_position_embeddings %d", i, len(s), c.MaxPositions)
 		}
 	}
 	if batch <= 0 {
@@ -117,7 +130,7 @@ func Score(m *model.Model, seqs [][]int32, batch int) ([]float32, error) {
 				if t < len(s) {
 					ids[b*T+t], mask[b*T+t] = s[t], 1
 				} else {
-					ids[b*T+t] = int32(m.Config.PadTokenID)
+					ids[b*T+t] = int32(c.PadTokenID)
 				}
 			}
 		}

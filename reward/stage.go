@@ -8,9 +8,22 @@ import (
 	"github.com/gochat-ai/gochat/train"
 )
 
+// Model is what a Stage uses of the reward model it trains: training and
+// evaluation passes of its value head. *model.Model implements it.
+type Model interface {
+	ModelConfig() *model.Config
+	HasValueHead() bool
+	ReuseActsIn(slot **model.Acts, s model.ActsShape) (*model.Acts, error)
+	Forward(a *model.Acts, in model.Batch) error
+	Values(a *model.Acts) ([]float32, error)
+	Backward(a *model.Acts, g model.Grad) error
+}
+
+var _ Model = (*model.Model)(nil)
+
 // Stage trains a reward model (a model with a value head) on pairs.
 type Stage struct {
-	m        *model.Model
+	m        Model
 	trainSet *data.Set
 	evalSet  *data.Set
 	col      data.Collator
@@ -31,12 +44,12 @@ type Options struct {
 }
 
 // New returns the stage for m, which must have a value head.
-func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
+func New(m Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
 	if !m.HasValueHead() {
 		return nil, fmt.Errorf("reward: the model has no value head")
 	}
-	if o.MaxSeqLen > m.Config.MaxPositions {
-		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
+	if c := m.ModelConfig(); o.MaxSeqLen > c.MaxPositions {
+		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, c.MaxPositions)
 	}
 	if o.EvalBatch <= 0 {
 		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)

@@ -11,9 +11,23 @@ import (
 	"github.com/gochat-ai/gochat/train"
 )
 
+// Model is what a Stage uses of the causal LM it trains: training and
+// evaluation passes of its mean next-token loss. *model.Model implements
+// it.
+type Model interface {
+	ModelConfig() *model.Config
+	ReuseActsIn(slot **model.Acts, s model.ActsShape) (*model.Acts, error)
+	Forward(a *model.Acts, in model.Batch) error
+	MeanLoss(a *model.Acts) (float32, int, error)
+	MeanLossGrad(a *model.Acts) model.Grad
+	Backward(a *model.Acts, g model.Grad) error
+}
+
+var _ Model = (*model.Model)(nil)
+
 // Stage trains a model on SFT examples with the next-token loss.
 type Stage struct {
-	m        *model.Model
+	m        Model
 	trainSet *data.Set
 	evalSet  *data.Set
 	col      data.Collator
@@ -35,9 +49,9 @@ type Options struct {
 }
 
 // New returns the stage for m on the given example sets.
-func New(m *model.Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
-	if o.MaxSeqLen > m.Config.MaxPositions {
-		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, m.Config.MaxPositions)
+func New(m Model, trainSet, evalSet *data.Set, o Options) (*Stage, error) {
+	if c := m.ModelConfig(); o.MaxSeqLen > c.MaxPositions {
+		return nil, fmt.Errorf("--max-seq-len %d exceeds the model's max_position_embeddings %d", o.MaxSeqLen, c.MaxPositions)
 	}
 	if o.EvalBatch <= 0 {
 		return nil, fmt.Errorf("--per-device-eval-batch-size must be > 0, got %d", o.EvalBatch)

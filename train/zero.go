@@ -28,7 +28,23 @@ type Flat struct {
 	// model's passes (model.ParamHook): gradients reduce-scattered layer by
 	// layer as the backward pass completes them, parameters gathered layer
 	// by layer.
-	Model *model.Model
+	Model Hookable
+}
+
+// Hookable is a model whose passes call a model.ParamHook (see
+// model.Model.Hook). *model.Model implements it.
+type Hookable interface {
+	ParamHook() model.ParamHook
+	SetParamHook(h model.ParamHook)
+}
+
+// LayerLayout is what ModelUnits reads of a model: its layer count, where
+// each layer's weights lie in the flat buffer, and the buffer's length.
+// *model.Model implements it.
+type LayerLayout interface {
+	ModelConfig() *model.Config
+	LayerRange(l int) (off, n int)
+	NumParams() int
 }
 
 // SegmentAt is where an optimizer segment lies: in Flats[Flat], from
@@ -62,8 +78,8 @@ func (tr Trainable) flats() ([]Flat, [][]SegmentAt, error) {
 
 // ModelUnits are a model's ZeRO units: everything before the first
 // decoder layer, each layer, everything after the last (possibly empty).
-func ModelUnits(m *model.Model) []int {
-	L := m.Config.NumLayers
+func ModelUnits(m LayerLayout) []int {
+	L := m.ModelConfig().NumLayers
 	first, _ := m.LayerRange(0)
 	last, n := m.LayerRange(L - 1)
 	units := []int{first}
@@ -123,7 +139,7 @@ func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainab
 		}
 		// A frozen flat has nothing to reduce: only ZeRO-3 hooks it.
 		hooked := f.Model != nil && stage.PartitionsGrads() && (f.Grads != nil || stage.PartitionsParams())
-		if hooked && f.Model.Hook != nil {
+		if hooked && f.Model.ParamHook() != nil {
 			return nil, nil, nil, fmt.Errorf("train: ZeRO-%d: model of %s already has a hook (one optimizer per model)", int(stage), f.Name)
 		}
 		so.flats = append(so.flats, &sharded{flat: f, x: x, hooked: hooked})
@@ -151,7 +167,7 @@ func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainab
 	}
 	for _, f := range so.flats {
 		if f.hooked {
-			f.flat.Model.Hook = &zeroHook{so: so, f: f}
+			f.flat.Model.SetParamHook(&zeroHook{so: so, f: f})
 		}
 	}
 	if stage.PartitionsParams() {
@@ -181,7 +197,7 @@ func (so *shardedOptimizer) free() {
 	for _, f := range so.flats {
 		f.x.Free()
 		if f.hooked {
-			f.flat.Model.Hook = nil
+			f.flat.Model.SetParamHook(nil)
 		}
 	}
 }
@@ -270,7 +286,7 @@ func (so *shardedOptimizer) idle(passes ...bool) error {
 		if !f.hooked {
 			continue
 		}
-		h := f.flat.Model.Hook
+		h := f.flat.Model.ParamHook()
 		L := len(f.x.Layout().Units) - 2
 		for _, backward := range passes {
 			if err := h.Acquire(-1); err != nil {

@@ -564,7 +564,7 @@ func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
 }
 
 // savePPO writes actor/ (LoRA fused), critic/ (with v_head) and actor_ema/.
-func (o *PPOOptions) savePPO(eng *hybridengine.Engine, actorLoRA *lora.LoRA, critic *model.Model, criticLoRA *lora.LoRA, tr *ppo.Trainer) error {
+func (o *PPOOptions) savePPO(eng *hybridengine.Engine[*model.Model], actorLoRA *lora.LoRA, critic *model.Model, criticLoRA *lora.LoRA, tr *ppo.Trainer) error {
 	actor, err := eng.Model()
 	if err != nil {
 		return err

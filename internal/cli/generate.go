@@ -15,9 +15,9 @@ import (
 
 // GenerateOptions are the options of `gochat generate`.
 type GenerateOptions struct {
-	g            *Globals
-	Model        string
-	Tokenizer    string
+	g         *Globals
+	Model     string
+	Tokenizer string
 	// ChatTemplate renders --prompt as a conversation (none: the text as
 	// it is).
 	ChatTemplate string

@@ -129,6 +129,45 @@ func bf16Store(w WeightsInfo, opts ActsOptions) bool {
 	return w.DType == kernels.BF16 && opts.Train && !opts.Checkpoint && !opts.F32Acts && !w.Adapter
 }
 
+// actsAlloc is how a family's layoutActs takes buffers: F32 and I32 ones,
+// and kept, the dtype of the tensors the bf16 store keeps (BF16 with the
+// store, else F32).
+type actsAlloc struct {
+	f32, i32, kept func(n int) kernels.Buffer
+}
+
+// startActs begins every family's layoutActs: it resets a for [b,t] and
+// opts (only dev, backing and the rope tables' bookkeeping survive; every
+// flag starts cleared), sizes the residual stream (NumLayers+1) and the
+// layers (one under Checkpoint), lays out the token inputs (ids, mask,
+// positions, targets) and returns the allocators.
+func startActs(c *Config, a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) actsAlloc {
+	al := actsAlloc{
+		f32: func(k int) kernels.Buffer { return buf(kernels.F32, k) },
+		i32: func(k int) kernels.Buffer { return buf(kernels.I32, k) },
+	}
+	store := bf16Store(w, opts)
+	al.kept = al.f32
+	if store {
+		al.kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
+	}
+	nl := c.NumLayers
+	if opts.Checkpoint {
+		nl = 1
+	}
+	*a = Acts{
+		B: b, T: t, opts: opts, store: store,
+		dev: a.dev, backing: a.backing,
+		hostTargets: a.hostTargets[:0],
+		resid:       reuse(a.resid, c.NumLayers+1),
+		layers:      reuse(a.layers, nl),
+		ropeRows:    a.ropeRows, ropeInv: a.ropeInv,
+	}
+	n := b * t
+	a.ids, a.mask, a.pos, a.targets = al.i32(n), al.i32(n), al.i32(n), al.i32(n)
+	return al
+}
+
 // NewActs allocates the activation buffers for batches of shape [B,T].
 // An allocation that fails frees what this call allocated and returns the
 // error.

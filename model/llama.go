@@ -200,26 +200,8 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 	H, F, V, NH, NKV := c.HiddenSize, c.FFNDim, c.VocabSize, c.NumHeads, c.KVHeads()
 	W, A := c.qkvWidth(), c.NumHeads*c.HeadSize()
 	n := b * t
-	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
-	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
-	store := bf16Store(w, opts)
-	kept := f32 // the tensors the bf16 store keeps
-	if store {
-		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
-	}
-	nl := c.NumLayers
-	if opts.Checkpoint {
-		nl = 1
-	}
-	*a = Acts{
-		B: b, T: t, opts: opts, store: store,
-		dev: a.dev, backing: a.backing,
-		hostTargets: a.hostTargets[:0],
-		resid:       reuse(a.resid, c.NumLayers+1),
-		layers:      reuse(a.layers, nl),
-		ropeRows:    a.ropeRows, ropeInv: a.ropeInv,
-	}
-	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
+	al := startActs(c, a, b, t, opts, w, buf)
+	f32, kept := al.f32, al.kept
 	a.cos, a.sin = f32(ropeRows(t)*c.HeadSize()/2), f32(ropeRows(t)*c.HeadSize()/2) // at a fixed place: ensureRope
 	for i := range a.resid {
 		a.resid[i] = f32(n * H)
@@ -248,7 +230,7 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 		a.dy = f32(n * H)
 		a.dlosses, a.dvalues = f32(n), f32(n)
 	}
-	if store {
+	if a.store {
 		a.wsH, a.wsF = f32(n*max(H, A)), f32(n*F) // ln1, atty, ln2; act
 	}
 }

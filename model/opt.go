@@ -153,25 +153,8 @@ func (optFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w Wei
 	c := m.Config
 	H, F, P, V, NH := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumHeads
 	n := b * t
-	f32 := func(k int) kernels.Buffer { return buf(kernels.F32, k) }
-	i32 := func(k int) kernels.Buffer { return buf(kernels.I32, k) }
-	store := bf16Store(w, opts)
-	kept := f32 // the tensors the bf16 store keeps
-	if store {
-		kept = func(k int) kernels.Buffer { return buf(kernels.BF16, k) }
-	}
-	nl := c.NumLayers
-	if opts.Checkpoint {
-		nl = 1
-	}
-	*a = Acts{
-		B: b, T: t, opts: opts, store: store,
-		dev: a.dev, backing: a.backing,
-		hostTargets: a.hostTargets[:0],
-		resid:       reuse(a.resid, c.NumLayers+1),
-		layers:      reuse(a.layers, nl),
-	}
-	a.ids, a.mask, a.pos, a.targets = i32(n), i32(n), i32(n), i32(n)
+	al := startActs(c, a, b, t, opts, w, buf)
+	f32, kept := al.f32, al.kept
 	a.emb = f32(n * P)
 	a.embIn = a.emb
 	if c.HasProjections() {
@@ -225,7 +208,7 @@ func (optFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w Wei
 		}
 		a.dlosses, a.dvalues = f32(n), f32(n)
 	}
-	if store {
+	if a.store {
 		a.wsH, a.wsF = f32(n*H), f32(n*F)
 	}
 }

@@ -148,7 +148,7 @@ func Positions(mask []int32, b, t int, start []int32) []int32 {
 // buffer from buf in a fixed order; aliases (embIn = emb when P == H, fchAct
 // = fch for relu, fin = resid[L] without a final LayerNorm, y = fin without
 // project_out) are views of the same buffer, as the forward pass expects.
-// Only dev and backing survive; every flag starts cleared.
+// startActs resets a first.
 func (optFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w WeightsInfo, buf func(kernels.DType, int) kernels.Buffer) {
 	c := m.Config
 	H, F, P, V, NH := c.HiddenSize, c.FFNDim, c.WordEmbedProjDim, c.VocabSize, c.NumHeads

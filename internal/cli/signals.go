@@ -11,13 +11,12 @@ import (
 
 // watchSignals, for the duration of a training command (sft, reward, ppo,
 // train; other commands keep Go's default: a signal ends them), makes the
-// first stop signal (stopSignals: Ctrl-C's SIGINT,
-// SIGTERM, and SIGUSR1, which mpirun forwards to every rank) close
-// g.Stop: a training command then stops after the round in progress,
-// writes a checkpoint and says how to resume. A second one exits at once
-// with code 130, losing the work since the last checkpoint (whatever it
-// cuts short is cleaned up by the next start). unwatch restores the
-// default handling.
+// first stop signal (stopSignals: Ctrl-C's SIGINT, SIGTERM, and SIGUSR1,
+// which mpirun forwards to every rank) close g.Stop: the command then
+// stops after the round in progress, writes a checkpoint and says how to
+// resume. A second one exits at once with code 130, losing the work since
+// the last checkpoint (whatever it cuts short is cleaned up by the next
+// start). unwatch restores the default handling.
 func (g *Globals) watchSignals() (unwatch func()) {
 	stop := make(chan struct{})
 	g.Stop = stop

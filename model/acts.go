@@ -8,9 +8,9 @@ import (
 
 // layerActs are the saved activations of one decoder layer for a [B,T]
 // batch (N = B·T rows). Which buffers hold what depends on the family and,
-// for OPT, the LayerNorm placement; see optFamily.layerForward and
-// llamaBufs (where ln*Rstd are the RMSNorms', qkv and atty have the packed
-// GQA widths, fch is gate|up [N,2F] and fchAct silu(gate)·up). With a bf16
+// for OPT, the LayerNorm placement; see optBufs and llamaBufs (where
+// ln*Rstd are the RMSNorms', qkv and atty have the packed GQA widths, fch
+// is gate|up [N,2F] and fchAct silu(gate)·up). With a bf16
 // store (Acts.store) ln1, ln2, atty and fchAct (for relu also fch, which
 // it aliases) are BF16.
 type layerActs struct {

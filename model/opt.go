@@ -225,7 +225,82 @@ func (optFamily) embed(m *Model, a *Acts) {
 	d.Add(a.resid[0], a.embIn, a.posEmb, N*H)
 }
 
-// layerForward runs decoder layer l from a.resid[l] into a.resid[l+1].
+// optBufs are the buffers one pass of a layer reads and writes: the
+// layer's saved activations (Forward), or a KV cache's scratch (Decode),
+// where the residual stream is updated in place (x = s1 = out), the two
+// LayerNorms share one output and statistics, fc1's output is activated in
+// place (fch = act) and attnOut, fc2o and s2 share one buffer.
+type optBufs struct {
+	b, t  int            // rows and positions of this pass (N = b·t)
+	mask  kernels.Buffer // I32 attention mask: [B,T] (nil: all real), or the cache's [B,Tmax]
+	cache *Cache         // decoding: attend against (and append to) this cache from position t0
+	t0    int
+	seed  uint64 // the pass's dropout seed (see dropoutSeed)
+
+	x, s1, out        kernels.Buffer // [N,H]: the layer's input, after attention, its output
+	ln1, mean1, rstd1 kernels.Buffer // [N,H], [N], [N]: self_attn_layer_norm
+	qkv               kernels.Buffer // [N,3H]
+	att               kernels.Buffer // [B,NH,T,T] attention probabilities (Forward)
+	atty              kernels.Buffer // [N,H] attention output (before out_proj)
+	attnOut, drop1    kernels.Buffer // [N,H]: out_proj output (after dropout); its dropout scales (nil: none)
+	ln2, mean2, rstd2 kernels.Buffer // [N,H] (pre-LN only), [N], [N]: final_layer_norm
+	fch, act          kernels.Buffer // [N,F]: fc1 output, its activation (the same buffer for relu)
+	fc2o, drop2       kernels.Buffer // [N,H]: fc2 output (after dropout); its dropout scales (nil: none)
+	s2                kernels.Buffer // [N,H] post-LN only: ln1 + fc2o
+
+	// With a bf16 store (Acts.store), ln1, atty, ln2 and act above (and
+	// fch for relu, which act aliases) are the store's F32 working
+	// buffers, and these are where the pass keeps them, rounded to BF16
+	// (nil without a store).
+	keptLn1, keptAtty, keptLn2, keptAct kernels.Buffer
+}
+
+// optBufs are layer l's buffers in a Forward pass.
+func (a *Acts) optBufs(l int, relu bool) optBufs {
+	la := a.layer(l)
+	x := optBufs{
+		b: a.B, t: a.T, mask: a.maskBuf(), seed: a.seed,
+		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
+		ln1: la.ln1, mean1: la.ln1Mean, rstd1: la.ln1Rstd,
+		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut, drop1: la.drop1,
+		ln2: la.ln2, mean2: la.ln2Mean, rstd2: la.ln2Rstd,
+		fch: la.fch, act: la.fchAct, fc2o: la.fc2o, drop2: la.drop2, s2: la.s2,
+	}
+	if a.store {
+		x.keptLn1, x.keptAtty, x.keptAct = la.ln1, la.atty, la.fchAct
+		x.ln1, x.atty, x.act = a.wsH, a.wsH, a.wsF
+		if la.ln2 != nil { // pre-LN
+			x.keptLn2, x.ln2 = la.ln2, a.wsH
+		}
+		if relu { // fch is fchAct
+			x.fch = a.wsF
+		}
+	}
+	return x
+}
+
+// optLayer is one decoder layer of an OPT model: its weights and sizes,
+// with the forward of its sub-blocks (LayerNorm, attention, MLP).
+type optLayer struct {
+	m            *Model
+	l            int
+	w            *LayerParams
+	d            kernels.Device
+	H, F, NH, HS int
+	preLN        bool
+	dropout      float32
+}
+
+func (m *Model) optLayer(l int) optLayer {
+	c := m.Config
+	return optLayer{
+		m: m, l: l, w: &m.Params.Layers[l], d: m.Dev,
+		H: c.HiddenSize, F: c.FFNDim, NH: c.NumHeads, HS: c.HeadSize(),
+		preLN: c.DoLayerNormBefore, dropout: float32(c.Dropout),
+	}
+}
+
+// forward runs the layer from x.x into x.out.
 //
 // Pre-LN (do_layer_norm_before):
 //
@@ -237,69 +312,72 @@ func (optFamily) embed(m *Model, a *Acts) {
 //
 //	qkv = r·Wqkvᵀ; ...; s1 = r + attnOut; ln1 = LN1(s1)
 //	fch = act(ln1·W1ᵀ); fc2o = drop(fch·W2ᵀ); s2 = ln1 + fc2o; out = LN2(s2)
+func (ly optLayer) forward(x optBufs) {
+	d, w, N, H := ly.d, ly.w, x.b*x.t, ly.H
+	if ly.preLN {
+		d.LayerNormForward(x.ln1, x.mean1, x.rstd1, x.x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+		ly.keep(x.keptLn1, x.ln1)
+		ly.attention(x, x.ln1)
+		d.Add(x.s1, x.x, x.attnOut, N*H)
+		d.LayerNormForward(x.ln2, x.mean2, x.rstd2, x.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
+		ly.keep(x.keptLn2, x.ln2)
+		ly.mlp(x, x.ln2)
+		d.Add(x.out, x.s1, x.fc2o, N*H)
+		return
+	}
+	ly.attention(x, x.x)
+	d.Add(x.s1, x.x, x.attnOut, N*H)
+	d.LayerNormForward(x.ln1, x.mean1, x.rstd1, x.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
+	ly.keep(x.keptLn1, x.ln1)
+	ly.mlp(x, x.ln1)
+	d.Add(x.s2, x.ln1, x.fc2o, N*H)
+	d.LayerNormForward(x.out, x.mean2, x.rstd2, x.s2, w.FFNLNW, w.FFNLNB, N, H, lnEps)
+}
+
+// attention: qkv = in·Wqkvᵀ + b; multi-head attention (over the cache when
+// decoding); attnOut = drop(out_proj(atty)).
+func (ly optLayer) attention(x optBufs, in kernels.Buffer) {
+	d, w, N, H := ly.d, ly.w, x.b*x.t, ly.H
+	ly.m.linearForward(ly.l, SiteQKV, x.qkv, in, w.QKVW, w.QKVB, N, H, 3*H)
+	if kc := x.cache; kc != nil {
+		d.AttentionDecode(x.atty, x.qkv, kc.k[ly.l], kc.v[ly.l], kc.mask, x.b, x.t, x.t0, kc.Tmax, ly.NH, ly.HS)
+	} else {
+		d.AttentionForward(x.atty, x.att, x.qkv, x.mask, x.b, x.t, ly.NH, ly.HS)
+	}
+	ly.keep(x.keptAtty, x.atty)
+	ly.m.linearForward(ly.l, SiteOut, x.attnOut, x.atty, w.OutW, w.OutB, N, H, H)
+	ly.drop(x, x.attnOut, x.drop1, 0)
+}
+
+// mlp: fch = in·W1ᵀ + b; act = relu or gelu(fch); fc2o = drop(fc2(act)).
+func (ly optLayer) mlp(x optBufs, in kernels.Buffer) {
+	w, N := ly.w, x.b*x.t
+	ly.m.linearForward(ly.l, SiteFC1, x.fch, in, w.FC1W, w.FC1B, N, ly.H, ly.F)
+	optActivationForward(ly.m, x.act, x.fch, N*ly.F)
+	ly.keep(x.keptAct, x.act)
+	ly.m.linearForward(ly.l, SiteFC2, x.fc2o, x.act, w.FC2W, w.FC2B, N, ly.F, ly.H)
+	ly.drop(x, x.fc2o, x.drop2, 1)
+}
+
+// drop applies dropout in place to buf [N,H] at the layer's dropout site
+// (a no-op when the pass has no dropout: scale is nil).
+func (ly optLayer) drop(x optBufs, buf, scale kernels.Buffer, site int) {
+	if scale != nil {
+		ly.d.DropoutForward(buf, scale, buf, ly.dropout, dropoutSeed(x.seed, ly.l, site), x.b*x.t*ly.H)
+	}
+}
+
+// keep stores an F32 tensor the forward computed into where a bf16 store
+// keeps it (a no-op without one: kept is nil).
+func (ly optLayer) keep(kept, ws kernels.Buffer) {
+	if kept != nil {
+		ly.d.Copy(kept, ws)
+	}
+}
+
+// layerForward runs decoder layer l from a.resid[l] into a.resid[l+1].
 func (optFamily) layerForward(m *Model, a *Acts, l int) {
-	c, d, w, la := m.Config, m.Dev, &m.Params.Layers[l], a.layer(l)
-	B, T, N, H, F := a.B, a.T, a.B*a.T, c.HiddenSize, c.FFNDim
-	r, out := a.resid[l], a.resid[l+1]
-	mask := a.maskBuf()
-	dropout := func(buf, scale kernels.Buffer, site int) {
-		if scale != nil {
-			d.DropoutForward(buf, scale, buf, float32(c.Dropout), dropoutSeed(a.seed, l, site), N*H)
-		}
-	}
-
-	// Where this pass computes the tensors a bf16 store keeps rounded
-	// (Acts.store): its F32 working buffers, kept once used.
-	ln1, ln2, atty, fch, act := la.ln1, la.ln2, la.atty, la.fch, la.fchAct
-	if a.store {
-		ln1, ln2, atty, act = a.wsH, a.wsH, a.wsH, a.wsF
-		if c.Activation == "relu" {
-			fch = a.wsF
-		}
-	}
-	keep := func(dst, src kernels.Buffer) {
-		if a.store {
-			d.Copy(dst, src)
-		}
-	}
-
-	attnIn := r
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, r, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-		attnIn = ln1
-	}
-	m.linearForward(l, SiteQKV, la.qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
-	if c.DoLayerNormBefore {
-		keep(la.ln1, ln1)
-	}
-	d.AttentionForward(atty, la.att, la.qkv, mask, B, T, c.NumHeads, c.HeadSize())
-	m.linearForward(l, SiteOut, la.attnOut, atty, w.OutW, w.OutB, N, H, H)
-	keep(la.atty, atty)
-	dropout(la.attnOut, la.drop1, 0)
-	d.Add(la.s1, r, la.attnOut, N*H)
-
-	ffnIn := ln1
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln2, la.ln2Mean, la.ln2Rstd, la.s1, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-		ffnIn = ln2
-	} else {
-		d.LayerNormForward(ln1, la.ln1Mean, la.ln1Rstd, la.s1, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-	}
-	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
-	if c.DoLayerNormBefore {
-		keep(la.ln2, ln2)
-	}
-	optActivationForward(m, act, fch, N*F)
-	m.linearForward(l, SiteFC2, la.fc2o, act, w.FC2W, w.FC2B, N, F, H)
-	keep(la.fchAct, act)
-	dropout(la.fc2o, la.drop2, 1)
-	if c.DoLayerNormBefore {
-		d.Add(out, la.s1, la.fc2o, N*H)
-	} else {
-		d.Add(la.s2, ln1, la.fc2o, N*H)
-		keep(la.ln1, ln1)
-		d.LayerNormForward(out, la.ln2Mean, la.ln2Rstd, la.s2, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-	}
+	m.optLayer(l).forward(a.optBufs(l, m.Config.Activation == "relu"))
 }
 
 // final: the final LayerNorm (pre-LN OPTs), then project_out.
@@ -445,15 +523,23 @@ func (optFamily) layoutCache(c *Config, kc *Cache, alloc func(kernels.DType, int
 	kc.last, kc.lastLogits = f32(b*P), f32(b*V)
 }
 
-// decode: the embeddings, every layer against the cache, the final
-// LayerNorm and project_out, on the cache's scratch.
-func (f optFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
+// decode: the embeddings, every layer through the same layer code as
+// Forward with the cache's scratch and attention over the cache, the final
+// LayerNorm and project_out.
+func (optFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
 	c, d, p := m.Config, m.Dev, m.Params
 	N, H, P := kc.B*tn, c.HiddenSize, c.WordEmbedProjDim
 	sl := func(b kernels.Buffer, cols int) kernels.Buffer { return b.Slice(0, N*cols) }
-	emb, x, h, ln, tmp := sl(kc.emb, P), sl(kc.x, H), sl(kc.h, H), sl(kc.ln, H), sl(kc.tmp, H)
-	qkv, fch, y := sl(kc.qkv, 3*H), sl(kc.fch, c.FFNDim), sl(kc.y, P)
+	emb, x, ln, tmp := sl(kc.emb, P), sl(kc.x, H), sl(kc.ln, H), sl(kc.tmp, H)
+	fch, y := sl(kc.fch, c.FFNDim), sl(kc.y, P)
 	mean, rstd := sl(kc.mean, 1), sl(kc.rstd, 1)
+	bufs := optBufs{
+		b: kc.B, t: tn, mask: kc.mask, cache: kc, t0: t0,
+		x: x, s1: x, out: x,
+		ln1: ln, mean1: mean, rstd1: rstd, ln2: ln, mean2: mean, rstd2: rstd,
+		qkv: sl(kc.qkv, 3*H), atty: sl(kc.h, H), attnOut: tmp,
+		fch: fch, act: fch, fc2o: tmp, s2: tmp,
+	}
 
 	d.EmbeddingForward(emb, kc.ids.Slice(0, N), p.EmbedToks, N, P)
 	embIn := emb
@@ -464,7 +550,7 @@ func (f optFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
 	d.EmbeddingForward(ln, kc.pos.Slice(0, N), p.EmbedPos, N, H)
 	d.Add(x, embIn, ln, N*H)
 	for l := range c.NumLayers {
-		f.layerDecode(m, kc, l, x, h, ln, tmp, qkv, fch, mean, rstd, tn, t0)
+		m.optLayer(l).forward(bufs)
 	}
 	fin := x
 	if c.HasFinalLayerNorm() {
@@ -476,36 +562,4 @@ func (f optFamily) decode(m *Model, kc *Cache, tn, t0 int) kernels.Buffer {
 		return y
 	}
 	return fin
-}
-
-// layerDecode is layerForward for tn new positions against the KV cache,
-// without saving anything for a backward pass. x is the residual stream
-// [B·tn,H], updated in place.
-func (optFamily) layerDecode(m *Model, kc *Cache, l int, x, h, ln, tmp, qkv, fch, mean, rstd kernels.Buffer, tn, t0 int) {
-	c, d, w := m.Config, m.Dev, &m.Params.Layers[l]
-	B, N, H, F := kc.B, kc.B*tn, c.HiddenSize, c.FFNDim
-	attnIn := x
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-		attnIn = ln
-	}
-	m.linearForward(l, SiteQKV, qkv, attnIn, w.QKVW, w.QKVB, N, H, 3*H)
-	d.AttentionDecode(h, qkv, kc.k[l], kc.v[l], kc.mask, B, tn, t0, kc.Tmax, c.NumHeads, c.HeadSize())
-	m.linearForward(l, SiteOut, tmp, h, w.OutW, w.OutB, N, H, H)
-	d.Add(x, x, tmp, N*H) // s1
-	ffnIn := ln
-	if c.DoLayerNormBefore {
-		d.LayerNormForward(ln, mean, rstd, x, w.FFNLNW, w.FFNLNB, N, H, lnEps)
-	} else {
-		d.LayerNormForward(ln, mean, rstd, x, w.AttnLNW, w.AttnLNB, N, H, lnEps)
-	}
-	m.linearForward(l, SiteFC1, fch, ffnIn, w.FC1W, w.FC1B, N, H, F)
-	optActivationForward(m, fch, fch, N*F)
-	m.linearForward(l, SiteFC2, tmp, fch, w.FC2W, w.FC2B, N, F, H)
-	if c.DoLayerNormBefore {
-		d.Add(x, x, tmp, N*H)
-		return
-	}
-	d.Add(tmp, ln, tmp, N*H) // s2 = ln1 + fc2o
-	d.LayerNormForward(x, mean, rstd, tmp, w.FFNLNW, w.FFNLNB, N, H, lnEps)
 }

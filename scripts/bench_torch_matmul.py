@@ -104,6 +104,8 @@ def main():
     p.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16")
     p.add_argument("--gochat", default="", help="a gochat binary to time beside torch (see above)")
     p.add_argument("--rounds", type=int, default=1, help="rounds of measurements (with --gochat)")
+    p.add_argument("--gochat-a-bf16", action="store_true",
+                   help="gochat's bf16 runs store A in bf16 too (bench matmul --a-bf16), as torch.matmul reads it")
     p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child == 0:
@@ -116,7 +118,7 @@ def main():
                                   "--reps", str(args.reps), "--min-time", str(args.min_time),
                                   "--shapes", args.shapes, "--variants", args.variants,
                                   "--dtypes", args.dtypes, "--gochat", args.gochat,
-                                  "--rounds", str(args.rounds)],
+                                  "--rounds", str(args.rounds)] + (["--gochat-a-bf16"] if args.gochat_a_bf16 else []),
                                  env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
             sys.stdout.write(out)
             lines += [json.loads(l) for l in out.splitlines() if l.startswith("{")]
@@ -138,9 +140,10 @@ def main():
             for variant in args.variants.split(","):
                 if args.gochat:
                     for dtype in dtypes:
+                        extra = ["--a-bf16"] if args.gochat_a_bf16 and dtype == "bf16" else []
                         out = subprocess.run([args.gochat, "--threads", str(threads), "bench", "matmul",
                                               "--shape", f"{m}x{n}x{k}", "--transpose", variant,
-                                              "--dtype", dtype, "--json"],
+                                              "--dtype", dtype, "--json"] + extra,
                                              check=True, stdout=subprocess.PIPE, text=True).stdout
                         r = json.loads(out)
                         r.update(who="gochat", round=rnd)

@@ -102,6 +102,34 @@ func (d *Device) attnRows(out []float32, ldo int, p []float32, ldp int, qs, k, v
 	}
 }
 
+// attnQueries runs the n query rows of one (batch, head) pair through
+// attnRows in blocks of four: query i is q[i*ldq:][:HS] times scale, at
+// position pos0+i, seeing keys 0..pos0+i, or all full keys uniformly when
+// pos0+i < first (a fully masked query). Row i of out is out[i*ldo:]; a
+// block's probabilities go to p from row i·pstep on, rows ldp apart (pstep
+// = ldp keeps every row, pstep = 0 reuses one block of scratch). qs is
+// scratch of 4·HS.
+func (d *Device) attnQueries(out []float32, ldo int, p []float32, ldp, pstep int, q []float32, ldq int, scale float32,
+	qs, k, v []float32, stride, hs, full, n, pos0, first int, mask []int32) {
+	var ns [4]int
+	var masked [4]bool
+	for i := 0; i < n; {
+		nq := 1
+		if i+4 <= n {
+			nq = 4
+		}
+		for r := range nq {
+			for j, x := range q[(i+r)*ldq:][:hs] {
+				qs[r*hs+j] = x * scale
+			}
+			pos := pos0 + i + r
+			ns[r], masked[r] = pos+1, pos < first
+		}
+		d.attnRows(out[i*ldo:], ldo, p[i*pstep:], ldp, qs, k, v, stride, hs, full, ns[:nq], masked[:nq], mask)
+		i += nq
+	}
+}
+
 // attnScale is HS^-0.5 in float32, the factor Hugging Face applies to q.
 func attnScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
 
@@ -162,8 +190,6 @@ func (d *Device) AttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffer, 
 		if tn >= 8 {
 			kd, vd = make([]float32, full*hs), make([]float32, full*hs)
 		}
-		var ns [4]int
-		var masked [4]bool
 		for bh := lo; bh < hi; bh++ {
 			bi, h := bh/nh, bh%nh
 			var m []int32
@@ -184,22 +210,7 @@ func (d *Device) AttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffer, 
 				}
 				ks, vs, stride = kd, vd, hs
 			}
-			for i := 0; i < tn; {
-				nq := 1
-				if i+4 <= tn {
-					nq = 4
-				}
-				for r := range nq {
-					q := x[(bi*tn+i+r)*c3+h*hs:][:hs]
-					for j, v := range q {
-						qs[r*hs+j] = v * scale
-					}
-					pos := t0 + i + r
-					ns[r], masked[r] = pos+1, pos < first[bi]
-				}
-				d.attnRows(o[(bi*tn+i)*c+h*hs:], c, p, full, qs, ks, vs, stride, hs, full, ns[:nq], masked[:nq], m)
-				i += nq
-			}
+			d.attnQueries(o[bi*tn*c+h*hs:], c, p, full, 0, x[bi*tn*c3+h*hs:], c3, scale, qs, ks, vs, stride, hs, full, tn, t0, first[bi], m)
 		}
 	})
 }

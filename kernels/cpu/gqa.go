@@ -42,8 +42,6 @@ func (d *Device) GQAAttentionForward(out, att, qkv, mask kernels.Buffer, b, t, n
 	scale := attnScale(hs)
 	d.parallelFor(b*nh, 1, func(lo, hi int) {
 		qs := make([]float32, 4*hs)
-		var ns [4]int
-		var masked [4]bool
 		// The KV head's keys and values as dense [T,HS] rows, kept while
 		// consecutive query heads share it.
 		kb, vb := make([]float32, t*hs), make([]float32, t*hs)
@@ -63,21 +61,7 @@ func (d *Device) GQAAttentionForward(out, att, qkv, mask kernels.Buffer, b, t, n
 				}
 				loaded = g
 			}
-			for ti := 0; ti < t; {
-				nq := 1
-				if ti+4 <= t {
-					nq = 4
-				}
-				for r := range nq {
-					q := x[base+(ti+r)*w+h*hs:][:hs]
-					for i, v := range q {
-						qs[r*hs+i] = v * scale
-					}
-					ns[r], masked[r] = ti+r+1, ti+r < first[bi]
-				}
-				d.attnRows(o[(bi*t+ti)*cq+h*hs:], cq, a[(bh*t+ti)*t:], t, qs, kb, vb, hs, hs, t, ns[:nq], masked[:nq], m)
-				ti += nq
-			}
+			d.attnQueries(o[bi*t*cq+h*hs:], cq, a[bh*t*t:], t, t, x[base+h*hs:], w, scale, qs, kb, vb, hs, hs, t, t, 0, first[bi], m)
 		}
 	})
 }
@@ -221,8 +205,6 @@ func (d *Device) GQAAttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffe
 	d.parallelFor(b*nh, 1, func(lo, hi int) {
 		qs := make([]float32, 4*hs)
 		p := make([]float32, 4*full)
-		var ns [4]int
-		var masked [4]bool
 		for bh := lo; bh < hi; bh++ {
 			bi, h := bh/nh, bh%nh
 			var m []int32
@@ -231,22 +213,7 @@ func (d *Device) GQAAttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffe
 			}
 			cb := (bi*nkv + h/rep) * tmax * hs
 			ks, vs := kc[cb:cb+full*hs], vc[cb:cb+full*hs]
-			for i := 0; i < tn; {
-				nq := 1
-				if i+4 <= tn {
-					nq = 4
-				}
-				for r := range nq {
-					q := x[(bi*tn+i+r)*w+h*hs:][:hs]
-					for j, v := range q {
-						qs[r*hs+j] = v * scale
-					}
-					pos := t0 + i + r
-					ns[r], masked[r] = pos+1, pos < first[bi]
-				}
-				d.attnRows(o[(bi*tn+i)*cq+h*hs:], cq, p, full, qs, ks, vs, hs, hs, full, ns[:nq], masked[:nq], m)
-				i += nq
-			}
+			d.attnQueries(o[bi*tn*cq+h*hs:], cq, p, full, 0, x[bi*tn*w+h*hs:], w, scale, qs, ks, vs, hs, hs, full, tn, t0, first[bi], m)
 		}
 	})
 }

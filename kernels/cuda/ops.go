@@ -100,34 +100,41 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 
 // ReLUForward implements kernels.Ops.
 func (d *Device) ReLUForward(out, inp kernels.Buffer, n int) {
-	ck := check{d, "ReLUForward"}
-	ck.dims("n", n)
-	o, x := ck.f32("out", out, n), ck.f32("inp", inp, n)
-	d.launchN(kReLUFwd, n, ptr(o), ptr(x), i64(n))
+	d.activation("ReLUForward", kReLUFwd, out, inp, n)
 }
 
 // ReLUBackward implements kernels.Ops.
 func (d *Device) ReLUBackward(dinp, dout, out kernels.Buffer, n int) {
-	ck := check{d, "ReLUBackward"}
-	ck.dims("n", n)
-	dx, dy, o := ck.f32("dinp", dinp, n), ck.f32("dout", dout, n), ck.f32("out", out, n)
-	d.launchN(kReLUBwd, n, ptr(dx), ptr(dy), ptr(o), i64(n))
+	d.activationGrad("ReLUBackward", kReLUBwd, dinp, dout, out, "out", n)
 }
 
 // GELUForward implements kernels.Ops (erf GELU in double).
 func (d *Device) GELUForward(out, inp kernels.Buffer, n int) {
-	ck := check{d, "GELUForward"}
-	ck.dims("n", n)
-	o, x := ck.f32("out", out, n), ck.f32("inp", inp, n)
-	d.launchN(kGELUFwd, n, ptr(o), ptr(x), i64(n))
+	d.activation("GELUForward", kGELUFwd, out, inp, n)
 }
 
 // GELUBackward implements kernels.Ops.
 func (d *Device) GELUBackward(dinp, dout, inp kernels.Buffer, n int) {
-	ck := check{d, "GELUBackward"}
+	d.activationGrad("GELUBackward", kGELUBwd, dinp, dout, inp, "inp", n)
+}
+
+// activation launches an elementwise activation kernel k(out, inp, n) on
+// n F32 elements, the operands checked as op's.
+func (d *Device) activation(op string, k kernel, out, inp kernels.Buffer, n int) {
+	ck := check{d, op}
 	ck.dims("n", n)
-	dx, dy, x := ck.f32("dinp", dinp, n), ck.f32("dout", dout, n), ck.f32("inp", inp, n)
-	d.launchN(kGELUBwd, n, ptr(dx), ptr(dy), ptr(x), i64(n))
+	o, x := ck.f32("out", out, n), ck.f32("inp", inp, n)
+	d.launchN(k, n, ptr(o), ptr(x), i64(n))
+}
+
+// activationGrad launches an activation's backward k(dinp, dout, saved, n)
+// on n F32 elements; saved (named savedName in errors) is the tensor the
+// backward reads (ReLU's output, GELU's input).
+func (d *Device) activationGrad(op string, k kernel, dinp, dout, saved kernels.Buffer, savedName string, n int) {
+	ck := check{d, op}
+	ck.dims("n", n)
+	dx, dy, s := ck.f32("dinp", dinp, n), ck.f32("dout", dout, n), ck.f32(savedName, saved, n)
+	d.launchN(k, n, ptr(dx), ptr(dy), ptr(s), i64(n))
 }
 
 // SoftmaxForward implements kernels.Ops.

@@ -88,12 +88,7 @@ func TestLlamaGoldenPyTorch(t *testing.T) {
 // largest in the model (for tensors whose gradient is all rounding noise).
 func checkLlamaGrads(t *testing.T, m *Model, g *goldenFile, what string) {
 	t.Helper()
-	global := 0.0
-	for _, name := range m.ParamNames() {
-		for _, x := range g.f32("grad." + name) {
-			global = math.Max(global, math.Abs(float64(x)))
-		}
-	}
+	global := goldenGradMax(m, g)
 	for _, name := range m.ParamNames() {
 		view := must(m.ParamView(m.Grads, name))
 		got := make([]float32, view.Len())

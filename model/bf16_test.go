@@ -112,19 +112,7 @@ func TestBF16Gradients(t *testing.T) {
 				if m.Grads.Flat.DType() != kernels.F32 {
 					t.Fatalf("gradients are %v, want f32", m.Grads.Flat.DType())
 				}
-				var norm2, ours2, theirs2 float64
-				for _, n := range m.ParamNames() {
-					view := must(m.ParamView(m.Grads, n))
-					got := make([]float32, view.Len())
-					m.Dev.ReadF32(got, view)
-					exact, torch := g.f32("grad_exact."+n), g.f32("grad_bf16."+n)
-					for i, x := range exact {
-						norm2 += float64(x) * float64(x)
-						ours2 += math.Pow(float64(got[i])-float64(x), 2)
-						theirs2 += math.Pow(float64(torch[i])-float64(x), 2)
-					}
-				}
-				ours, theirs := math.Sqrt(ours2/norm2), math.Sqrt(theirs2/norm2)
+				ours, theirs := bf16GradErrors(m, g)
 				t.Logf("checkpoint=%v: relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", ckpt, ours, theirs)
 				if ours > 2*theirs+0.05 {
 					t.Errorf("checkpoint=%v: gradient error %.3g, PyTorch autocast's %.3g", ckpt, ours, theirs)
@@ -181,4 +169,23 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// bf16GradErrors returns the relative L2 errors, against the exact
+// gradients of the golden file (grad_exact.*), of m's gradients and of
+// PyTorch autocast's bf16 ones (grad_bf16.*).
+func bf16GradErrors(m *Model, g *goldenFile) (ours, theirs float64) {
+	var norm2, ours2, theirs2 float64
+	for _, n := range m.ParamNames() {
+		view := must(m.ParamView(m.Grads, n))
+		got := make([]float32, view.Len())
+		m.Dev.ReadF32(got, view)
+		exact, torch := g.f32("grad_exact."+n), g.f32("grad_bf16."+n)
+		for i, x := range exact {
+			norm2 += float64(x) * float64(x)
+			ours2 += math.Pow(float64(got[i])-float64(x), 2)
+			theirs2 += math.Pow(float64(torch[i])-float64(x), 2)
+		}
+	}
+	return math.Sqrt(ours2 / norm2), math.Sqrt(theirs2 / norm2)
 }

@@ -273,19 +273,7 @@ func TestLlamaBF16MatchesPyTorchAutocast(t *testing.T) {
 				if err := m.Backward(a, grad); err != nil {
 					t.Fatal(err)
 				}
-				var norm2, ours2, theirs2 float64
-				for _, n := range m.ParamNames() {
-					view := must(m.ParamView(m.Grads, n))
-					got := make([]float32, view.Len())
-					m.Dev.ReadF32(got, view)
-					ex, tb := g.f32("grad_exact."+n), g.f32("grad_bf16."+n)
-					for i, x := range ex {
-						norm2 += float64(x) * float64(x)
-						ours2 += math.Pow(float64(got[i])-float64(x), 2)
-						theirs2 += math.Pow(float64(tb[i])-float64(x), 2)
-					}
-				}
-				og, tg := math.Sqrt(ours2/norm2), math.Sqrt(theirs2/norm2)
+				og, tg := bf16GradErrors(m, g)
 				t.Logf("relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", og, tg)
 				if og > 2*tg+0.05 {
 					t.Errorf("gradient error %.3g, PyTorch autocast's %.3g", og, tg)

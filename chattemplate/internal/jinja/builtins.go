@@ -87,34 +87,12 @@ func globals() map[string]Value {
 			return NewList(out...), nil
 		}},
 		"dict": &Callable{Name: "dict", Fn: func(_ *evaluator, args []Value, kw *Dict) (Value, error) {
-			d := NewDict()
-			for _, a := range args {
-				src, ok := a.(*Dict)
-				if !ok {
-					return nil, typeErrorf("dict() takes a mapping")
-				}
-				for i, k := range src.keys {
-					d.Set(k, src.vals[i])
-				}
-			}
-			for i, k := range kw.keys {
-				d.Set(k, kw.vals[i])
-			}
-			return d, nil
+			return mergeMappings("dict", args, kw)
 		}},
 		"namespace": &Callable{Name: "namespace", Fn: func(_ *evaluator, args []Value, kw *Dict) (Value, error) {
-			d := NewDict()
-			for _, a := range args {
-				src, ok := a.(*Dict)
-				if !ok {
-					return nil, typeErrorf("namespace() takes a mapping")
-				}
-				for i, k := range src.keys {
-					d.Set(k, src.vals[i])
-				}
-			}
-			for i, k := range kw.keys {
-				d.Set(k, kw.vals[i])
+			d, err := mergeMappings("namespace", args, kw)
+			if err != nil {
+				return nil, err
 			}
 			return &Namespace{attrs: d}, nil
 		}},
@@ -1348,4 +1326,25 @@ func pyFormat(s string, args []Value, kw *Dict) (Value, error) {
 		b.WriteString(str(v))
 	}
 	return b.String(), nil
+}
+
+// mergeMappings is what dict(...) and namespace(...) start from: the
+// positional mappings' items, then the keyword arguments, later keys
+// replacing earlier ones in place (Python's dict update order). fn names
+// the builtin in the error for a positional argument that is not a mapping.
+func mergeMappings(fn string, args []Value, kw *Dict) (*Dict, error) {
+	d := NewDict()
+	for _, a := range args {
+		src, ok := a.(*Dict)
+		if !ok {
+			return nil, typeErrorf("%s() takes a mapping", fn)
+		}
+		for i, k := range src.keys {
+			d.Set(k, src.vals[i])
+		}
+	}
+	for i, k := range kw.keys {
+		d.Set(k, kw.vals[i])
+	}
+	return d, nil
 }

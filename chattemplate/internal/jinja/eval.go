@@ -175,15 +175,9 @@ func (ev *evaluator) execOne(n node, s *scope) error {
 		}
 		return ev.assign(n.target, v, s)
 	case *setBlockNode:
-		text, err := ev.captured(func() error { return ev.exec(n.body, s) })
+		v, err := ev.filteredBody(n.body, n.filters, s)
 		if err != nil {
 			return err
-		}
-		var v Value = text
-		for _, f := range n.filters {
-			if v, err = ev.applyFilter(f, v, s); err != nil {
-				return err
-			}
 		}
 		return ev.assign(n.target, v, s)
 	case *macroNode:
@@ -201,15 +195,9 @@ func (ev *evaluator) execOne(n node, s *scope) error {
 		}
 		return ev.exec(n.body, inner)
 	case *filterBlockNode:
-		text, err := ev.captured(func() error { return ev.exec(n.body, s) })
+		v, err := ev.filteredBody(n.body, n.filters, s)
 		if err != nil {
 			return err
-		}
-		var v Value = text
-		for _, f := range n.filters {
-			if v, err = ev.applyFilter(f, v, s); err != nil {
-				return err
-			}
 		}
 		ev.out.WriteString(str(v))
 	case *generationNode:
@@ -641,6 +629,23 @@ func (ev *evaluator) evalArgs(a argList, s *scope) ([]Value, *Dict, error) {
 		}
 	}
 	return args, kw, nil
+}
+
+// filteredBody renders body into a string and passes it through filters
+// in order: the value of a {% set x | f %} block and the output of a
+// {% filter f %} block.
+func (ev *evaluator) filteredBody(body []node, filters []*filterExpr, s *scope) (Value, error) {
+	text, err := ev.captured(func() error { return ev.exec(body, s) })
+	if err != nil {
+		return nil, err
+	}
+	var v Value = text
+	for _, f := range filters {
+		if v, err = ev.applyFilter(f, v, s); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 func (ev *evaluator) applyFilter(f *filterExpr, v Value, s *scope) (Value, error) {

@@ -102,6 +102,22 @@ func (c *Config) HasFinalLayerNorm() bool { return c.DoLayerNormBefore && !c.Rem
 // HasProjections reports whether project_in/project_out exist (P != H).
 func (c *Config) HasProjections() bool { return c.WordEmbedProjDim != c.HiddenSize }
 
+// putFields writes each field's current value into out under its key.
+func putFields(out map[string]any, fs []field) {
+	for _, f := range fs {
+		switch d := f.dst.(type) {
+		case *int:
+			out[f.key] = *d
+		case *bool:
+			out[f.key] = *d
+		case *float64:
+			out[f.key] = *d
+		case *string:
+			out[f.key] = *d
+		}
+	}
+}
+
 // field describes one config.json key.
 type field struct {
 	key      string
@@ -298,18 +314,7 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		return marshalSorted(out)
 	}
 	cc := *c
-	for _, f := range cc.fields() {
-		switch d := f.dst.(type) {
-		case *int:
-			out[f.key] = *d
-		case *bool:
-			out[f.key] = *d
-		case *float64:
-			out[f.key] = *d
-		case *string:
-			out[f.key] = *d
-		}
-	}
+	putFields(out, cc.fields())
 	if _, ok := out["architectures"]; !ok {
 		out["architectures"] = []string{"OPTForCausalLM"}
 	}

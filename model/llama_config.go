@@ -307,18 +307,7 @@ var llamaArchitectures = map[string]string{"llama": "Llama", "mistral": "Mistral
 // otherwise (Save sets XForSequenceClassification for a value head).
 func (c *Config) llamaJSON(out map[string]any) {
 	out["model_type"] = c.ModelType
-	for _, f := range c.llamaFields() {
-		switch d := f.dst.(type) {
-		case *int:
-			out[f.key] = *d
-		case *bool:
-			out[f.key] = *d
-		case *float64:
-			out[f.key] = *d
-		case *string:
-			out[f.key] = *d
-		}
-	}
+	putFields(out, c.llamaFields())
 	if c.TorchDtype == "" {
 		delete(out, "torch_dtype")
 	}

@@ -146,3 +146,25 @@ func byteSize(b int64) string {
 type Decommitter interface {
 	Decommit(b Buffer)
 }
+
+// HostCopier is an optional Device capability for ZeRO-Offload: raw copies
+// of a buffer's bytes between the device and host memory (the memory of a
+// HostMemory device's buffers). The copies are queued in order with the
+// device's other work, as an op is: CopyToHost's dst is complete, and
+// CopyFromHost's src may be changed again, only once Sync returns. A
+// device whose buffers are host memory (kernels/cpu) copies at once; a GPU
+// (kernels/cuda) queues asynchronous copies on its stream, which overlap
+// with host work when the host memory is page-locked. len(dst) or
+// len(src) is the buffer's Len times its DType's Size; a copy moves bits
+// (no conversion).
+type HostCopier interface {
+	CopyToHost(dst []byte, src Buffer)
+	CopyFromHost(dst Buffer, src []byte)
+}
+
+// HostMemory is an optional Device capability of a device whose buffers
+// live in the process's memory (kernels/cpu): Bytes is b's memory, for a
+// HostCopier to copy into or out of. The slice aliases b.
+type HostMemory interface {
+	Bytes(b Buffer) []byte
+}

@@ -75,6 +75,11 @@ type Options struct {
 	// an Alloc past it fails with an error instead of the kernel killing
 	// the process. 0 means no cap.
 	MemLimit int64
+	// Allocator, when set, supplies the buffers' memory instead of the Go
+	// heap (page-locked memory for a GPU's copies; see Allocator). Free
+	// then returns a buffer's memory to it at once, and Decommit only
+	// zeroes.
+	Allocator Allocator
 }
 
 // Device is the CPU backend. It implements kernels.Device.
@@ -82,6 +87,7 @@ type Device struct {
 	threads int
 	isa     isa
 	limit   int64
+	alloc   Allocator    // nil: the Go heap
 	live    atomic.Int64 // bytes of buffers allocated and not freed
 	peak    atomic.Int64
 }
@@ -104,7 +110,7 @@ func New(opts Options) (*Device, error) {
 	if opts.MemLimit < 0 {
 		return nil, fmt.Errorf("cpu: negative memory limit %d", opts.MemLimit)
 	}
-	return &Device{threads: t, isa: is, limit: opts.MemLimit}, nil
+	return &Device{threads: t, isa: is, limit: opts.MemLimit, alloc: opts.Allocator}, nil
 }
 
 // Threads is the number of goroutines kernels use.
@@ -129,8 +135,16 @@ func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 		d.live.Add(-size)
 		return nil, &kernels.OutOfMemoryError{Device: d.Name(), Want: size, Live: live - size, Limit: d.limit}
 	}
-	for p := d.peak.Load(); live > p && !d.peak.CompareAndSwap(p, live); p = d.peak.Load() {
+	if d.alloc != nil {
+		b, err := d.allocFrom(dt, n)
+		if err != nil {
+			d.live.Add(-size)
+			return nil, err
+		}
+		d.notePeak(live)
+		return b, nil
 	}
+	d.notePeak(live)
 	switch dt {
 	case kernels.F32:
 		b := make(F32, n)
@@ -149,13 +163,23 @@ func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 	}
 }
 
+// notePeak raises the peak to live.
+func (d *Device) notePeak(live int64) {
+	for p := d.peak.Load(); live > p && !d.peak.CompareAndSwap(p, live); p = d.peak.Load() {
+	}
+}
+
 // Free implements kernels.Device: it returns b's bytes to the live count;
-// the garbage collector reclaims the memory once nothing refers to it.
+// the garbage collector reclaims the memory once nothing refers to it (or,
+// with Options.Allocator, the allocator takes it back now).
 func (d *Device) Free(b kernels.Buffer) {
 	if b == nil {
 		return
 	}
 	d.live.Add(-int64(b.Len()) * int64(b.DType().Size()))
+	if d.alloc != nil && b.Len() > 0 {
+		d.alloc.Free(d.Bytes(b))
+	}
 }
 
 // Trim returns the memory of freed buffers to the operating system now (a
@@ -282,6 +306,10 @@ func (d *Device) NativeBF16() bool { return d.isa == isaAVX512 && hasBF16() }
 func (d *Device) Decommit(b kernels.Buffer) {
 	n, es := b.Len(), b.DType().Size()
 	if n == 0 {
+		return
+	}
+	if d.alloc != nil { // the allocator's memory (page-locked) stays
+		d.Zero(b)
 		return
 	}
 	var p unsafe.Pointer

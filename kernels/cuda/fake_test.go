@@ -27,6 +27,7 @@ type fakeGPU struct {
 
 	launches []launchRec
 	gemms    []gemmCall
+	pinned   map[unsafe.Pointer][]byte // page-locked host memory (pinned_test.go)
 }
 
 type launchRec struct {

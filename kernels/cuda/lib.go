@@ -56,6 +56,7 @@ type driverAPI struct {
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel      uintptr
 	cuFuncSetAttribute, cuGetErrorName, cuGetErrorString, cuCtxSynchronize     uintptr
 	cuDeviceGetPCIBusId                                                        uintptr
+	cuMemHostAlloc, cuMemFreeHost                                              uintptr // pinned.go
 }
 
 func (d *driverAPI) symbols() []symbol {
@@ -89,6 +90,8 @@ func (d *driverAPI) symbols() []symbol {
 		{"cuGetErrorName", &d.cuGetErrorName, true},
 		{"cuGetErrorString", &d.cuGetErrorString, true},
 		{"cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId, true},
+		{"cuMemHostAlloc", &d.cuMemHostAlloc, true},
+		{"cuMemFreeHost", &d.cuMemFreeHost, true},
 	}
 }
 

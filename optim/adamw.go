@@ -137,7 +137,12 @@ func (o *AdamW) Groups() []Group { return o.groups }
 // Step applies one update with every group's learning rate multiplied by
 // lrScale (the schedule's value) and the gradients multiplied by gradScale
 // (clipping and averaging).
-func (o *AdamW) Step(lrScale float64, gradScale float32) {
+func (o *AdamW) Step(lrScale float64, gradScale float32) { o.StepEach(lrScale, gradScale, nil) }
+
+// StepEach is Step, calling done(g, s) (when not nil) once the update of
+// segment s of group g is issued: ZeRO-Offload copies each segment the
+// host has updated to the device while the host computes the next.
+func (o *AdamW) StepEach(lrScale float64, gradScale float32, done func(g, s int)) {
 	o.step++
 	for gi, g := range o.groups {
 		lr := float32(g.LR * lrScale)
@@ -147,6 +152,9 @@ func (o *AdamW) Step(lrScale float64, gradScale float32) {
 				o.dev.AdamWStepBF16(s.Params, lo, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr, b1, b2, eps, wd, gradScale, o.step)
 			} else {
 				o.dev.AdamWStep(s.Params, s.Grads, o.m[gi][si], o.v[gi][si], s.Params.Len(), lr, b1, b2, eps, wd, gradScale, o.step)
+			}
+			if done != nil {
+				done(gi, si)
 			}
 		}
 	}

@@ -104,7 +104,7 @@ func SaveState(dev kernels.Device, dir string, bufs map[string]kernels.Buffer, r
 func writeTensors(dev kernels.Device, path string, bufs map[string]kernels.Buffer) ([]byte, error) {
 	var ts []tensor.WriteTensor
 	for _, name := range sortedKeys(bufs) {
-		b := bufs[name]
+		dev, b := bufferDevice(dev, bufs[name])
 		read := func(off int, dst []float32) { dev.ReadF32(dst, b.Slice(off, len(dst))) }
 		if b.DType() == kernels.I32 { // raw bits (AdamW's master low halves): stored bit for bit
 			read = func(off int, dst []float32) {
@@ -302,6 +302,7 @@ func firstNonFinite(x []float32) int {
 // writeStored writes stored values into dst: F32 tensors hold BF16
 // buffers widened and I32 buffers bit for bit (writeTensors).
 func writeStored(dev kernels.Device, dst kernels.Buffer, h []float32) {
+	dev, dst = bufferDevice(dev, dst)
 	if dst.DType() == kernels.I32 {
 		bits := make([]int32, len(h))
 		for i, v := range h {

@@ -230,6 +230,8 @@ type Config struct {
 	Comm dist.Comm
 	// ZeRO is Run's ZeRO stage over Comm (OptimizerConfig.ZeRO).
 	ZeRO zero.Stage
+	// Offload is Run's ZeRO-Offload (OptimizerConfig.Offload).
+	Offload Offload
 	// Stop, when closed, asks the run to stop at the next safe point: the
 	// end of a round, after its evaluation and checkpoint if due. The run
 	// then saves a checkpoint and returns an *InterruptedError. Under
@@ -354,11 +356,16 @@ func Run(ctx context.Context, dev kernels.Device, cfg Config, st Stage, tr Train
 		return nil, err
 	}
 	opt, err := NewOptimizer(dev, tr, OptimizerConfig{AdamW: cfg.AdamW, Schedule: cfg.Schedule, Warmup: cfg.Warmup,
-		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm, Comm: cfg.Comm, ZeRO: cfg.ZeRO})
+		Total: cfg.TotalSteps(), ClipNorm: cfg.ClipNorm, Comm: cfg.Comm, ZeRO: cfg.ZeRO, Offload: cfg.Offload})
 	if err != nil {
 		return nil, err
 	}
 	defer opt.Free()
+	if cfg.Offload.Enabled() {
+		p, g, s := opt.Held()
+		cfg.Log.Info().Float64("ratio", cfg.Offload.Ratio).Str("host", cfg.Offload.Host.Name()).Int64("host_bytes", opt.HostHeld()).
+			Int64("device_model_state_bytes", p+g+s).Msg("ZeRO-Offload: optimizer state on the host")
+	}
 	if cfg.ranks() > 1 {
 		p, g, s := opt.Held()
 		cfg.Log.Info().Int("zero_stage", int(cfg.ZeRO)).Int64("param_bytes", p).Int64("grad_bytes", g).

@@ -30,6 +30,10 @@ type OptimizerConfig struct {
 	// (reduce-scattered layer by layer during the backward pass); 3 also
 	// the parameters (gathered layer by layer for each pass). See Flat.
 	ZeRO zero.Stage
+	// Offload keeps the optimizer state of a fraction of the parameters
+	// (of this rank's ranges under ZeRO 1-3) in host memory, updated by
+	// the host (ZeRO-Offload; the zero value: none).
+	Offload Offload
 }
 
 // Optimizer is the update every stage takes: AdamW over one model's
@@ -48,6 +52,9 @@ type Optimizer struct {
 	flats []Flat
 	at    [][]SegmentAt
 	sh    *shardedOptimizer
+	// off is ZeRO-Offload's host part (nil: everything on dev); adam and
+	// at are then the device's part.
+	off *offloaded
 }
 
 // Update is what one Optimizer.Step did.
@@ -63,6 +70,9 @@ func NewOptimizer(dev kernels.Device, tr Trainable, c OptimizerConfig) (*Optimiz
 		return nil, err
 	}
 	if err := c.ZeRO.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Offload.Validate(); err != nil {
 		return nil, err
 	}
 	flats, at, err := tr.flats()
@@ -85,9 +95,23 @@ func NewOptimizer(dev kernels.Device, tr Trainable, c OptimizerConfig) (*Optimiz
 			return nil, err
 		}
 	}
+	if c.Offload.Enabled() {
+		var pieces []piece
+		var hostGroups []optim.Group
+		groups, o.at, pieces, hostGroups = splitOffload(flats, groups, o.at, c.Offload.Ratio)
+		if o.off, err = newOffloaded(dev, c.Offload, flats, pieces, hostGroups, c.AdamW); err != nil {
+			if o.sh != nil {
+				o.sh.free()
+			}
+			return nil, err
+		}
+	}
 	if o.adam, err = optim.NewAdamW(dev, groups, c.AdamW); err != nil {
 		if o.sh != nil {
 			o.sh.free()
+		}
+		if o.off != nil {
+			o.off.free()
 		}
 		return nil, err
 	}
@@ -157,8 +181,14 @@ func (o *Optimizer) Norm(n int) (float64, error) {
 // Norm): it clips to the global norm, steps AdamW at schedule step s and
 // zeroes the gradients.
 func (o *Optimizer) Apply(s, n int, norm float64) (Update, error) {
-	scale := o.sched(s)
-	o.adam.Step(scale, float32(1/float64(n)*optim.ClipScale(norm, o.clip)))
+	scale, gradScale := o.sched(s), float32(1/float64(n)*optim.ClipScale(norm, o.clip))
+	if o.off != nil {
+		if err := o.off.step(o.adam, scale, gradScale); err != nil {
+			return Update{}, fmt.Errorf("optimizer step: %w", err)
+		}
+	} else {
+		o.adam.Step(scale, gradScale)
+	}
 	if o.sh != nil {
 		if err := o.sh.gather(); err != nil {
 			return Update{}, fmt.Errorf("optimizer step: %w", err)
@@ -324,6 +354,17 @@ func (o *Optimizer) Held() (params, grads, state int64) {
 	return params, grads, state
 }
 
+// HostHeld is what ZeRO-Offload keeps in host memory, in bytes: the host
+// copies of the offloaded parameters and gradients, AdamW's moments and
+// the master weights' low halves of the offloaded ranges (0 without
+// offload). Held counts the device's part only.
+func (o *Optimizer) HostHeld() int64 {
+	if o.off == nil {
+		return 0
+	}
+	return o.off.bytes()
+}
+
 // Sharded reports whether ranks hold different parts of the state (ZeRO
 // 1-3 on several ranks): each then checkpoints its own.
 func (o *Optimizer) Sharded() bool { return o.sh != nil }
@@ -336,13 +377,24 @@ func (o *Optimizer) Free() {
 	if o.sh != nil {
 		o.sh.free()
 	}
+	if o.off != nil {
+		o.off.free()
+	}
 }
 
 // Steps is the number of updates taken (AdamW's bias-correction count).
 func (o *Optimizer) Steps() int { return o.adam.Steps() }
 
-// SetSteps restores Steps from a checkpoint.
-func (o *Optimizer) SetSteps(n int) { o.adam.SetSteps(n) }
+// SetSteps restores Steps from a checkpoint, once its buffers are loaded:
+// with offload the host's copy of the parameters is then taken again from
+// the device's before the next update.
+func (o *Optimizer) SetSteps(n int) {
+	o.adam.SetSteps(n)
+	if o.off != nil {
+		o.off.adam.SetSteps(n)
+		o.off.stale = true
+	}
+}
 
 // StateBuffers adds, under prefix, the buffers a checkpoint keeps of this
 // optimizer's model and state: the trained model buffers of its Trainable
@@ -379,6 +431,9 @@ func (o *Optimizer) StateBuffers(bufs map[string]kernels.Buffer, prefix string) 
 			}
 			i++
 		}
+	}
+	if o.off != nil {
+		o.off.stateBuffers(bufs, prefix, o.flats)
 	}
 }
 

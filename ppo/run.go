@@ -143,6 +143,11 @@ func Run(ctx context.Context, dev kernels.Device, cfg RunConfig, m Models, d Dat
 		cfg.Log.Info().Int("actor_zero_stage", int(cfg.ActorZeRO)).Int("critic_zero_stage", int(cfg.CriticZeRO)).
 			Int64("actor_state_bytes", ap+ag+as).Int64("critic_state_bytes", cp+cg+cs).Msg("trained state held per rank")
 	}
+	if cfg.Offload.Enabled() {
+		cfg.Log.Info().Float64("ratio", cfg.Offload.Ratio).Str("host", cfg.Offload.Host.Name()).
+			Int64("actor_host_bytes", tr.actorOpt.HostHeld()).Int64("critic_host_bytes", tr.criticOpt.HostHeld()).
+			Msg("ZeRO-Offload: optimizer state on the host")
+	}
 	st := newStage(cfg, d, tr, g, func(p hybridengine.Prompts) (*Batch, error) { return tr.generate(p, false) })
 	st.stops = m.Actor.Stops
 	cfg.Log.Info().Int("prompts", len(d.Prompts)).Int("generation_batches", tcfg.TotalBatches()).

@@ -147,6 +147,10 @@ type Options struct {
 	// --actor_zero_stage and --critic_zero_stage).
 	Comm                  dist.Comm
 	ActorZeRO, CriticZeRO zero.Stage
+	// Offload keeps the optimizer state of the actor and the critic (each
+	// a fraction of its parameters) in host memory, updated by the host
+	// (ZeRO-Offload, DeepSpeed-Chat's --offload); the zero value: none.
+	Offload train.Offload
 }
 
 // Trainer runs DeepSpeed-Chat's step 3 (generate_experience and
@@ -203,7 +207,7 @@ func NewTrainer(cfg Config, opts Options, m Models) (*Trainer, error) {
 		schedule = "constant"
 	}
 	oc := train.OptimizerConfig{AdamW: optim.DefaultAdamW, Schedule: schedule, Warmup: opts.Warmup,
-		Total: opts.Iterations, ClipNorm: opts.MaxGradNorm, Comm: opts.Comm}
+		Total: opts.Iterations, ClipNorm: opts.MaxGradNorm, Comm: opts.Comm, Offload: opts.Offload}
 	actorTr, err := train.ModelTrainable(actor, train.ParamOptions{LR: cfg.ActorLR, WeightDecay: opts.ActorWeightDecay,
 		LoRA: m.ActorLoRA, LoRALR: opts.ActorLoRALR, OnlyLoRA: opts.OnlyOptimizeLoRA})
 	if err != nil {

@@ -40,6 +40,13 @@ type PPOOptions struct {
 	// resumes on another number of ranks with the same product.
 	Streams               int `json:"streams"`
 	ActorZeRO, CriticZeRO int `json:"-"` // change only the summation order
+	offloadOptions
+	// OffloadRef and OffloadReward keep the frozen reference and reward
+	// models' weights in host memory, each decoder layer's brought to the
+	// device just before it runs (DeepSpeed-Chat's
+	// --offload_reference_model and --offload_reward_model).
+	OffloadRef    bool `json:"-"`
+	OffloadReward bool `json:"-"`
 	PPOEpochs             int
 	Epochs                int
 	MaxSteps              int
@@ -143,6 +150,8 @@ text, as before.`,
 				return usageErrorf("--actor-zero-stage %d: want 0, 1, 2 or 3", o.ActorZeRO)
 			case zero.Stage(o.CriticZeRO).Validate() != nil:
 				return usageErrorf("--critic-zero-stage %d: want 0, 1, 2 or 3", o.CriticZeRO)
+			case o.offloadOptions.check(cmd.Flags()) != nil:
+				return o.offloadOptions.check(cmd.Flags())
 			case o.ActorDropout && o.NoActorDropout:
 				return usageErrorf("--actor-dropout and --disable-actor-dropout exclude each other")
 			case o.CriticDropout && o.NoCriticDropout:
@@ -197,6 +206,10 @@ text, as before.`,
 	f.IntVar(&o.GradAccum, "gradient-accumulation-steps", 1, "micro-batches each rank accumulates per PPO iteration (one per stream of generation batches)")
 	f.IntVar(&o.ActorZeRO, "actor-zero-stage", 0, "the actor's ZeRO stage over MPI ranks: 0 replicates everything, 1 partitions the optimizer state, 2 also the gradients, 3 also the parameters (gathered once per generation phase)")
 	f.IntVar(&o.CriticZeRO, "critic-zero-stage", 0, "the critic's ZeRO stage over MPI ranks (as --actor-zero-stage)")
+	o.offloadOptions.bind(f)
+	f.Lookup("offload").Usage = "keep the actor's and the critic's optimizer state (AdamW moments, fp32 master weights) in host memory, updated by the CPU while the device continues (ZeRO-Offload, DeepSpeed-Chat's --offload)"
+	f.BoolVar(&o.OffloadRef, "offload-reference-model", false, "keep the frozen reference model's weights in host memory, each layer's copied to the device just before it runs (DeepSpeed-Chat's --offload_reference_model)")
+	f.BoolVar(&o.OffloadReward, "offload-reward-model", false, "keep the frozen reward model's weights in host memory, each layer's copied to the device just before it runs (DeepSpeed-Chat's --offload_reward_model)")
 	f.IntVar(&o.PPOEpochs, "ppo-epochs", 1, "passes of PPO over each collected experience")
 	f.IntVar(&o.Epochs, "num-train-epochs", 1, "epochs over the prompts")
 	f.IntVar(&o.MaxSteps, "max-steps", 0, "stop after this many generation batches (0: epochs decide)")
@@ -396,6 +409,9 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 		PrintAnswers: o.PrintAnswers && ranks.writer(), Log: log, Stop: o.g.Stop}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		rc.Progress = o.g.Err
+	}
+	if rc.Offload, err = o.offloadOptions.config(o.g, dev); err != nil {
+		return err
 	}
 	log.Info().Int("actor_params", actor.NumParams()).Str("device", dev.Name()).Bool("actor_dropout", o.ActorDropout).
 		Bool("critic_dropout", o.CriticDropout).Int("ranks", ranks.comm.Size()).Int("streams", o.Streams).Msg("step 3")

@@ -48,6 +48,7 @@ type StageOptions struct {
 	MaxSteps      int      `json:"max_steps"`
 	GradAccum     int      `json:"-"` // in GlobalBatch
 	ZeROStage     int      `json:"-"` // changes only the summation order
+	offloadOptions
 	Scheduler     string   `json:"lr_scheduler_type"`
 	Warmup        int      `json:"num_warmup_steps"`
 	Seed          uint64   `json:"seed"`
@@ -181,6 +182,7 @@ func (o *StageOptions) bind(cmd *cobra.Command, lr, wd float64) {
 	f.IntVar(&o.MaxSteps, "max-steps", 0, "total optimizer steps, overriding --num-train-epochs (0: epochs decide)")
 	f.IntVar(&o.GradAccum, "gradient-accumulation-steps", 1, "micro-batches per optimizer step")
 	f.IntVar(&o.ZeROStage, "zero-stage", 0, "ZeRO stage over MPI ranks: 0 replicates everything, 1 partitions the optimizer state, 2 also the gradients, 3 also the parameters")
+	o.offloadOptions.bind(f)
 	f.StringVar(&o.Scheduler, "lr-scheduler-type", "cosine", "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup")
 	f.IntVar(&o.Warmup, "num-warmup-steps", 0, "linear warm-up steps")
 	f.Uint64Var(&o.Seed, "seed", 1234, "seed of the data split, shuffling, dropout and initialisation")
@@ -213,6 +215,9 @@ func (o *StageOptions) check(cmd *cobra.Command, runF func(*StageOptions) error)
 	if err := flagsBelow(fs, flagMin{"max-seq-len", 2}, flagMin{"per-device-train-batch-size", 1},
 		flagMin{"per-device-eval-batch-size", 1}, flagMin{"num-warmup-steps", 0}, flagMin{"save-interval", 0},
 		flagMin{"eval-interval", 0}); err != nil {
+		return err
+	}
+	if err := o.offloadOptions.check(fs); err != nil {
 		return err
 	}
 	switch {
@@ -368,6 +373,9 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 		Dir: o.OutputDir, Fingerprint: o.fingerprint(), Resume: o.Resume, Log: log, Comm: ranks.comm, ZeRO: zero.Stage(o.ZeROStage), Stop: o.g.Stop}
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		cfg.Progress = o.g.Err
+	}
+	if cfg.Offload, err = o.offloadOptions.config(o.g, dev); err != nil {
+		return err
 	}
 	// Everything is loaded and checked: the run starts here.
 	if err := begin(); err != nil {

@@ -28,6 +28,10 @@ type TrainOptions struct {
 	Seed          uint64
 	DType         string
 	SkipPreflight bool
+	// offloadOptions, OffloadRef and OffloadReward are passed to the steps
+	// (the last two to step 3 only).
+	offloadOptions
+	OffloadRef, OffloadReward bool
 	// Arch is the architecture of the models a recipe's generator writes
 	// (the demo's: opt or llama).
 	Arch string
@@ -76,6 +80,9 @@ alike. Before step 1 the memory planner checks every step to run
 with the changes that would, unless --skip-preflight.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.offloadOptions.check(cmd.Flags()); err != nil {
+				return err
+			}
 			switch {
 			case o.Recipe == "" && o.Actor != "" && o.Reward != "":
 				if err := o.pickRecipe(); err != nil {
@@ -128,6 +135,10 @@ with the changes that would, unless --skip-preflight.`,
 	bindDType(f, &o.DType)
 	bindChatTemplate(f, &o.ChatTemplate)
 	f.Lookup("chat-template").Usage += " (passed to every step)"
+	o.offloadOptions.bind(f)
+	f.Lookup("offload").Usage += " (passed to every step)"
+	f.BoolVar(&o.OffloadRef, "offload-reference-model", false, "step 3: keep the reference model's weights in host memory, each layer's copied to the device just before it runs")
+	f.BoolVar(&o.OffloadReward, "offload-reward-model", false, "step 3: keep the reward model's weights in host memory, each layer's copied to the device just before it runs")
 	return cmd
 }
 
@@ -374,6 +385,15 @@ func (o *TrainOptions) stepArgs(step string, pairs ...string) []string {
 	}
 	for _, d := range o.Data {
 		args = append(args, "--data", d)
+	}
+	if o.Offload {
+		args = append(args, "--offload", "--offload-ratio", fmt.Sprint(o.OffloadRatio))
+	}
+	if step == "ppo" && o.OffloadRef {
+		args = append(args, "--offload-reference-model")
+	}
+	if step == "ppo" && o.OffloadReward {
+		args = append(args, "--offload-reward-model")
 	}
 	return args
 }

@@ -45,48 +45,48 @@ type PPOOptions struct {
 	// models' weights in host memory, each decoder layer's brought to the
 	// device just before it runs (DeepSpeed-Chat's
 	// --offload_reference_model and --offload_reward_model).
-	OffloadRef    bool `json:"-"`
-	OffloadReward bool `json:"-"`
-	PPOEpochs             int
-	Epochs                int
-	MaxSteps              int
-	MaxPromptLen          int
-	MaxAnswerLen          int
-	ActorLR, CriticLR     float64
-	ActorWD, CriticWD     float64
-	Scheduler             string
-	Warmup                int
-	Seed                  uint64
-	ActorLoRADim          int
-	CriticLoRADim         int
-	LoRAModule            string
-	OnlyLoRA              bool
-	ActorLoRALR           float64
-	CriticLoRALR          float64
-	ActorCkpt             bool
-	CriticCkpt            bool
-	ActorDropout          bool
-	CriticDropout         bool
-	NoActorDropout        bool `json:"-"`
-	NoCriticDropout       bool `json:"-"`
-	MaxGradNorm           float64
-	DType                 string `json:"dtype"`
-	EnableEMA             bool
-	KeepCache             bool `json:"-"`
-	PrintAnswers          bool `json:"-"`
-	Sample                model.SampleOptions
-	Config                ppo.Config
-	OutputDir             string
-	Overwrite             bool   `json:"-"`
-	Resume                bool   `json:"-"`
-	SaveInterval          int    `json:"-"`
-	DataCache             string `json:"-"`
-	SkipPreflight         bool   `json:"-"`
-	EndText               string
-	UnsupData             string
-	UnsupColumn           string
-	Revision              string `json:",omitempty"`
-	DataRevision          string `json:",omitempty"`
+	OffloadRef        bool `json:"-"`
+	OffloadReward     bool `json:"-"`
+	PPOEpochs         int
+	Epochs            int
+	MaxSteps          int
+	MaxPromptLen      int
+	MaxAnswerLen      int
+	ActorLR, CriticLR float64
+	ActorWD, CriticWD float64
+	Scheduler         string
+	Warmup            int
+	Seed              uint64
+	ActorLoRADim      int
+	CriticLoRADim     int
+	LoRAModule        string
+	OnlyLoRA          bool
+	ActorLoRALR       float64
+	CriticLoRALR      float64
+	ActorCkpt         bool
+	CriticCkpt        bool
+	ActorDropout      bool
+	CriticDropout     bool
+	NoActorDropout    bool `json:"-"`
+	NoCriticDropout   bool `json:"-"`
+	MaxGradNorm       float64
+	DType             string `json:"dtype"`
+	EnableEMA         bool
+	KeepCache         bool `json:"-"`
+	PrintAnswers      bool `json:"-"`
+	Sample            model.SampleOptions
+	Config            ppo.Config
+	OutputDir         string
+	Overwrite         bool   `json:"-"`
+	Resume            bool   `json:"-"`
+	SaveInterval      int    `json:"-"`
+	DataCache         string `json:"-"`
+	SkipPreflight     bool   `json:"-"`
+	EndText           string
+	UnsupData         string
+	UnsupColumn       string
+	Revision          string `json:",omitempty"`
+	DataRevision      string `json:",omitempty"`
 	// ChatTemplate is --chat-template; ChatDigest the resolved template's
 	// digest, "" for DeepSpeed-Chat's text (fingerprints of runs without a
 	// template are those from before the flag).

@@ -35,43 +35,43 @@ type StageOptions struct {
 	ranks *group // the job's ranks when gochat train runs the step (stepRanks)
 	Step  int    `json:"step"` // 1 (sft) or 2 (reward)
 
-	Model         string   `json:"model"`
-	Tokenizer     string   `json:"tokenizer"`
-	Data          []string `json:"data"`
-	DataSplit     string   `json:"data_split"`
-	MaxSeqLen     int      `json:"max_seq_len"`
-	TrainBatch    int      `json:"per_device_train_batch_size"`
-	EvalBatch     int      `json:"-"`
-	LR            float64  `json:"learning_rate"`
-	WeightDecay   float64  `json:"weight_decay"`
-	Epochs        int      `json:"num_train_epochs"`
-	MaxSteps      int      `json:"max_steps"`
-	GradAccum     int      `json:"-"` // in GlobalBatch
-	ZeROStage     int      `json:"-"` // changes only the summation order
+	Model       string   `json:"model"`
+	Tokenizer   string   `json:"tokenizer"`
+	Data        []string `json:"data"`
+	DataSplit   string   `json:"data_split"`
+	MaxSeqLen   int      `json:"max_seq_len"`
+	TrainBatch  int      `json:"per_device_train_batch_size"`
+	EvalBatch   int      `json:"-"`
+	LR          float64  `json:"learning_rate"`
+	WeightDecay float64  `json:"weight_decay"`
+	Epochs      int      `json:"num_train_epochs"`
+	MaxSteps    int      `json:"max_steps"`
+	GradAccum   int      `json:"-"` // in GlobalBatch
+	ZeROStage   int      `json:"-"` // changes only the summation order
 	offloadOptions
-	Scheduler     string   `json:"lr_scheduler_type"`
-	Warmup        int      `json:"num_warmup_steps"`
-	Seed          uint64   `json:"seed"`
-	GradCkpt      bool     `json:"-"`
-	Dropout       float64  `json:"dropout"`
-	LoRADim       int      `json:"lora_dim"`
-	LoRAModule    string   `json:"lora_module_name"`
-	OnlyLoRA      bool     `json:"only_optimize_lora"`
-	LoRALR        float64  `json:"lora_learning_rate"`
-	MaxGradNorm   float64  `json:"max_grad_norm"`
-	DType         string   `json:"dtype"`
-	AddEOT        bool     `json:"add_eot_token"`
-	LossOn        string   `json:"loss_on,omitempty"`
-	OutputDir     string   `json:"-"`
-	EvalInterval  int      `json:"-"`
-	SaveInterval  int      `json:"-"`
-	Resume        bool     `json:"-"`
-	Overwrite     bool     `json:"-"`
-	TensorBoard   bool     `json:"-"`
-	DataCache     string   `json:"-"`
-	SkipMalformed bool     `json:"skip_malformed"`
-	Adapter       string   `json:"adapter,omitempty"`
-	SkipPreflight bool     `json:"-"`
+	Scheduler     string  `json:"lr_scheduler_type"`
+	Warmup        int     `json:"num_warmup_steps"`
+	Seed          uint64  `json:"seed"`
+	GradCkpt      bool    `json:"-"`
+	Dropout       float64 `json:"dropout"`
+	LoRADim       int     `json:"lora_dim"`
+	LoRAModule    string  `json:"lora_module_name"`
+	OnlyLoRA      bool    `json:"only_optimize_lora"`
+	LoRALR        float64 `json:"lora_learning_rate"`
+	MaxGradNorm   float64 `json:"max_grad_norm"`
+	DType         string  `json:"dtype"`
+	AddEOT        bool    `json:"add_eot_token"`
+	LossOn        string  `json:"loss_on,omitempty"`
+	OutputDir     string  `json:"-"`
+	EvalInterval  int     `json:"-"`
+	SaveInterval  int     `json:"-"`
+	Resume        bool    `json:"-"`
+	Overwrite     bool    `json:"-"`
+	TensorBoard   bool    `json:"-"`
+	DataCache     string  `json:"-"`
+	SkipMalformed bool    `json:"skip_malformed"`
+	Adapter       string  `json:"adapter,omitempty"`
+	SkipPreflight bool    `json:"-"`
 	Columns       data.ColumnMap
 	Revision      string `json:"revision,omitempty"`
 	DataRevision  string `json:"data_revision,omitempty"`

@@ -66,3 +66,57 @@ func TestOffloadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPPOOffload: gochat ppo with --offload (the actor's and the critic's
+// optimizer state, half of it at --offload-ratio 0.5),
+// --offload-reference-model and --offload-reward-model saves the actor,
+// critic and EMA of the run without them bit for bit, and logs the same
+// metrics (the reference log-probs and the reward scores enter the
+// rewards, so a frozen model computing anything else would show).
+func TestPPOOffload(t *testing.T) {
+	actor, critic := tinyModel(t), rewardModel(t)
+	out := t.TempDir()
+	ppoRun := func(name string, extra ...string) string {
+		t.Helper()
+		dir := filepath.Join(out, name)
+		args := append([]string{"--log-format", "json", "--threads", "1", "ppo", "--actor", actor, "--critic", critic,
+			"--data", sample(), "--data-split", "1,1,8", "--max-prompt-seq-len", "96", "--max-answer-seq-len", "8",
+			"--per-device-generation-batch-size", "2", "--per-device-training-batch-size", "2", "--max-steps", "3",
+			"--actor-learning-rate", "1e-3", "--critic-learning-rate", "1e-3", "--enable-ema", "--seed", "7",
+			"--dtype", "bf16", "--output-dir", dir, "--data-cache", "off", "--skip-preflight"}, extra...)
+		_, errOut, code := run(t, args...)
+		if code != 0 {
+			t.Fatalf("ppo %s: %s", name, errOut)
+		}
+		return dir
+	}
+	want := ppoRun("device")
+	got := ppoRun("offload", "--offload", "--offload-ratio", "0.5", "--offload-reference-model", "--offload-reward-model")
+	for _, sub := range []string{"actor", "critic", "actor_ema"} {
+		a, err := os.ReadFile(filepath.Join(want, sub, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(got, sub, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: the saved weights differ from the run without offload", sub)
+		}
+	}
+	mw, mg := metrics(t, want), metrics(t, got)
+	if len(mw) != len(mg) || len(mw) == 0 {
+		t.Fatalf("%d and %d metrics records", len(mw), len(mg))
+	}
+	for i := range mw {
+		for k, v := range mw[i] {
+			if k == "tokens_per_sec" || strings.HasSuffix(k, "_seconds") || strings.HasSuffix(k, "_sec") {
+				continue
+			}
+			if mg[i][k] != v {
+				t.Errorf("record %d: %s %v, without offload %v", i, k, mg[i][k], v)
+			}
+		}
+	}
+}

@@ -348,6 +348,32 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// One host device for everything offloaded.
+	var host kernels.Device
+	if o.Offload || o.OffloadRef || o.OffloadReward {
+		if host, err = newHostDevice(o.g, dev); err != nil {
+			return err
+		}
+	}
+	for _, x := range []struct {
+		on   bool
+		m    *model.Model
+		name string
+	}{{o.OffloadRef, ref, "reference"}, {o.OffloadReward, rm, "reward"}} {
+		if !x.on {
+			continue
+		}
+		f, err := train.OffloadFrozen(host, x.m, dev)
+		if err != nil {
+			return fmt.Errorf("--offload-%s-model: %w", x.name, err)
+		}
+		ev := log.Info()
+		if !f.Saves() {
+			ev = log.Warn()
+		}
+		ev.Str("model", x.name).Int64("host_bytes", f.HostBytes()).Bool("device_memory_saved", f.Saves()).
+			Msgf("offload: the %s model's weights live on the host, each layer copied to the device as it runs", x.name)
+	}
 	var actorLoRA, criticLoRA *lora.LoRA
 	if o.ActorLoRADim > 0 {
 		if actorLoRA, err = lora.New(actor, lora.Config{Dim: o.ActorLoRADim, ModuleName: o.LoRAModule}, o.Seed); err != nil {
@@ -410,8 +436,8 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	if o.g.LogFmt != "json" && isTerminal(o.g.Err) && ranks.writer() {
 		rc.Progress = o.g.Err
 	}
-	if rc.Offload, err = o.offloadOptions.config(o.g, dev); err != nil {
-		return err
+	if o.Offload {
+		rc.Offload = train.Offload{Host: host, Ratio: o.OffloadRatio}
 	}
 	log.Info().Int("actor_params", actor.NumParams()).Str("device", dev.Name()).Bool("actor_dropout", o.ActorDropout).
 		Bool("critic_dropout", o.CriticDropout).Int("ranks", ranks.comm.Size()).Int("streams", o.Streams).Msg("step 3")

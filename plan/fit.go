@@ -176,7 +176,9 @@ func halvings(n int) []int {
 
 // Fit lists the cheapest changes of the step's settings whose estimated
 // peak is at most budget, in the order of how little they change training:
-// gradient checkpointing (same results, more compute), a smaller
+// gradient checkpointing (same results, more compute), on GPUs
+// ZeRO-Offload of a growing fraction of the optimizer state (same
+// results, host memory and transfers), a smaller
 // evaluation batch, bf16, smaller micro-batches with more gradient
 // accumulation (the same effective batch), LoRA with --only-optimize-lora.
 // When no single change fits it proposes the smallest combination it
@@ -197,6 +199,7 @@ func (s Stage) Fit(budget int64) []Change {
 			x.Sft.Checkpoint = true
 			return []variant[Stage]{{x, [][2]string{{"gradient-checkpointing", "true"}}}}
 		},
+		offloadKnob(func(x *Stage) *Parallel { return &x.Parallel }),
 		func(x Stage) []variant[Stage] {
 			var vs []variant[Stage]
 			for _, b := range halvings(x.Sft.EvalBatch) {
@@ -232,6 +235,30 @@ func (s Stage) Fit(budget int64) []Change {
 		},
 	}
 	return fit(s, budget, est, knobs)
+}
+
+// offloadKnob moves optimizer state to the host on GPUs (ZeRO-Offload,
+// exact: only where the update runs changes): --offload at
+// --offload-ratio 0.25, 0.5, then everything. On the CPU the host is the
+// device and offload saves nothing.
+func offloadKnob[T any](par func(*T) *Parallel) knob[T] {
+	return func(x T) []variant[T] {
+		p := *par(&x)
+		if p.Ranks <= 1 || (p.Offload && (p.OffloadRatio <= 0 || p.OffloadRatio >= 1)) {
+			return nil
+		}
+		var vs []variant[T]
+		for _, r := range []float64{0.25, 0.5, 1} {
+			if p.Offload && r <= p.OffloadRatio {
+				continue
+			}
+			y := x
+			q := par(&y)
+			q.Offload, q.OffloadRatio = true, r
+			vs = append(vs, variant[T]{y, [][2]string{{"offload", "true"}, {"offload-ratio", fmt.Sprint(r)}}})
+		}
+		return vs
+	}
 }
 
 // bf16Knob switches fp32 parameters to bf16.
@@ -287,6 +314,7 @@ func (p PPO) Fit(budget int64) []Change {
 	knobs := []knob[PPO]{
 		boolKnob(func(x *PPO) *bool { return &x.ActorCheckpointing }, true, "actor-gradient-checkpointing"),
 		boolKnob(func(x *PPO) *bool { return &x.Opts.CriticCheckpointing }, true, "critic-gradient-checkpointing"),
+		offloadKnob(func(x *PPO) *Parallel { return &x.Parallel }),
 		boolKnob(func(x *PPO) *bool { return &x.KeepCache }, false, "keep-inference-cache"),
 		bf16Knob(func(x *PPO) *kernels.DType { return &x.DType }),
 		func(x PPO) []variant[PPO] {

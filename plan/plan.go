@@ -22,6 +22,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gochat-ai/gochat/hybridengine"
 	"github.com/gochat-ai/gochat/kernels"
@@ -62,7 +63,11 @@ type Parallel struct {
 	Stage                   int  // steps 1 and 2: --zero-stage
 	ActorStage, CriticStage int  // step 3: --actor-zero-stage, --critic-zero-stage
 	Offload                 bool // --offload: optimizer state on the host
-	InferenceTP             int  // step 3: --inference-tp-size (0 or 1: none)
+	// OffloadRatio is --offload-ratio, DeepSpeed's offload_optimizer.ratio:
+	// the fraction of the optimized parameters whose state is on the host
+	// (0 with Offload: all of it).
+	OffloadRatio float64
+	InferenceTP  int // step 3: --inference-tp-size (0 or 1: none)
 	// Gochat plans step 3's ZeRO-3 as gochat runs it (under mpirun), not
 	// as DeepSpeed-Chat does (a GPU recipe's budget): the frozen reference
 	// and reward models stay whole on every rank, and the experience
@@ -75,17 +80,30 @@ type Parallel struct {
 // estimate: the CUDA context, cuBLAS workspaces and allocator slack.
 const GPUReserve int64 = 1 << 30
 
-// partition divides a model's state over p.Ranks for ZeRO stage.
+// partition divides a model's state over p.Ranks for ZeRO stage, and
+// with Offload moves the optimizer state of the offloaded fraction of the
+// ranges this rank updates to the host (train.Offload): AdamW's moments
+// and the masters' low halves, and the host copies of those parameters
+// (in their type) and of their gradients (fp32). LoRA adapters' state is
+// counted on the device.
 func (p Parallel) partition(m *Model, stage int) {
-	if p.Ranks <= 1 {
-		return
-	}
-	r := int64(p.Ranks)
+	r := int64(max(p.Ranks, 1))
+	optimized := m.Grads / int64(kernels.F32.Size()) // parameters with gradients
 	if stage >= 1 {
 		m.Master, m.Moments = m.Master/r, m.Moments/r
+		optimized /= r
 	}
-	if p.Offload {
-		m.Master, m.Moments = 0, 0
+	if p.Offload && optimized > 0 {
+		ratio := p.OffloadRatio
+		if ratio <= 0 || ratio > 1 {
+			ratio = 1
+		}
+		wsize := m.Weights / int64(max(m.Params, 1))
+		off := func(b int64) int64 { return int64(math.Round(float64(b) * ratio)) }
+		moved := off(m.Master) + off(m.Moments)
+		m.Master -= off(m.Master)
+		m.Moments -= off(m.Moments)
+		m.Host = moved + off(optimized*(wsize+int64(kernels.F32.Size())))
 	}
 	if stage >= 2 {
 		m.Grads /= r
@@ -148,6 +166,9 @@ type Model struct {
 	Workspace     int64 `json:"inference_workspace"`
 	LoRA          int64 `json:"lora"` // adapters: parameters, gradients, moments, activations
 	EMA           int64 `json:"ema"`
+	// Host is what ZeRO-Offload keeps in host memory (Parallel.Offload);
+	// Total counts the device's part only.
+	Host int64 `json:"host,omitempty"`
 }
 
 // Total is everything the model holds at once.
@@ -184,6 +205,13 @@ type Estimate struct {
 	Runtime  int64 `json:"runtime"`
 	Headroom int64 `json:"gc_headroom"`
 	Peak     int64 `json:"peak"`
+	// Host is what ZeRO-Offload keeps in host memory, the models' Host
+	// summed. On the CPU (one process) the host is the device's memory and
+	// Peak includes it; on GPUs (Parallel.Ranks > 1) Peak is a GPU's and
+	// HostPeak, Host plus Runtime, is what the process holds in host
+	// memory.
+	Host     int64 `json:"host_state,omitempty"`
+	HostPeak int64 `json:"host_peak,omitempty"`
 }
 
 // dtypeName is the --dtype value of a parameter type.
@@ -209,13 +237,19 @@ func (e *Estimate) finish(p Parallel, churn int64) {
 	for _, ph := range e.Phases {
 		e.Device = max(e.Device, ph.Bytes)
 	}
+	e.Host = 0
+	for _, m := range e.Models {
+		e.Host += m.Host
+	}
 	if p.Ranks > 1 {
 		e.Runtime = GPUReserve
-	} else {
-		e.Runtime = Runtime
-		e.Headroom = min(churn, e.Device*GCPercent/100)
+		e.Peak = e.Device + e.Runtime
+		e.HostPeak = e.Host + Runtime
+		return
 	}
-	e.Peak = e.Device + e.Runtime + e.Headroom
+	e.Runtime = Runtime
+	e.Headroom = min(churn, e.Device*GCPercent/100)
+	e.Peak = e.Device + e.Host + e.Runtime + e.Headroom
 }
 
 // Parts lists the estimate's components over all models, largest first,
@@ -225,7 +259,7 @@ func (e *Estimate) Parts() []Part {
 	for _, m := range e.Models {
 		for _, p := range []Part{{"weights", m.Weights}, {"master weights", m.Master}, {"gradients", m.Grads},
 			{"optimizer moments", m.Moments}, {"activations", m.Acts}, {"logits", m.Logits}, {"KV cache", m.KVCache},
-			{"inference workspace", m.Workspace}, {"LoRA", m.LoRA}, {"EMA", m.EMA}} {
+			{"inference workspace", m.Workspace}, {"LoRA", m.LoRA}, {"EMA", m.EMA}, {"optimizer state on the host (offload)", m.Host}} {
 			if p.Bytes > 0 {
 				out = append(out, Part{m.Name + " " + p.Name, p.Bytes})
 			}

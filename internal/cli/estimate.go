@@ -82,11 +82,13 @@ type stepEstimate struct {
 
 func (o *EstimateOptions) stage(so *StageOptions) error {
 	in, err := so.planInput()
+	so.offloadOptions.plan(&in.Parallel)
 	return o.one(stepName(so.Step), in, err)
 }
 
 func (o *EstimateOptions) ppo(po *PPOOptions) error {
 	in, err := po.planInput()
+	po.offloadOptions.plan(&in.Parallel)
 	return o.one(stepName(3), in, err)
 }
 
@@ -217,7 +219,25 @@ func writeEstimate(w io.Writer, what string, e *plan.Estimate) {
 		phases = append(phases, fmt.Sprintf("%s %s", p.Name, plan.GiB(p.Bytes)))
 	}
 	fmt.Fprintf(w, "device memory by phase: %s\n", strings.Join(phases, ", "))
-	fmt.Fprintf(w, "peak: %s = device %s + runtime %s + GC headroom %s\n", plan.GiB(e.Peak), plan.GiB(e.Device), plan.GiB(e.Runtime), plan.GiB(e.Headroom))
+	if e.Host > 0 {
+		var parts []string
+		for _, m := range e.Models {
+			if m.Host > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s", m.Name, plan.GiB(m.Host)))
+			}
+		}
+		fmt.Fprintf(w, "offloaded to the host (optimizer state, host copies of its parameters and gradients): %s\n", strings.Join(parts, ", "))
+	}
+	switch {
+	case e.HostPeak > 0: // a GPU's peak; the host's apart
+		fmt.Fprintf(w, "peak: %s = device %s + runtime %s; host %s = offloaded %s + runtime %s\n", plan.GiB(e.Peak), plan.GiB(e.Device),
+			plan.GiB(e.Runtime), plan.GiB(e.HostPeak), plan.GiB(e.Host), plan.GiB(plan.Runtime))
+	case e.Host > 0: // the CPU: the host is the device's memory
+		fmt.Fprintf(w, "peak: %s = device %s + offloaded %s + runtime %s + GC headroom %s (on the CPU offload saves nothing)\n", plan.GiB(e.Peak),
+			plan.GiB(e.Device), plan.GiB(e.Host), plan.GiB(e.Runtime), plan.GiB(e.Headroom))
+	default:
+		fmt.Fprintf(w, "peak: %s = device %s + runtime %s + GC headroom %s\n", plan.GiB(e.Peak), plan.GiB(e.Device), plan.GiB(e.Runtime), plan.GiB(e.Headroom))
+	}
 }
 
 // skipUnplanned is a pre-flight that could not plan (an architecture it
@@ -277,6 +297,7 @@ func (o *StageOptions) preflight() error {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
 	in.Parallel = launchParallel(o.ZeROStage, 0, 0)
+	o.offloadOptions.plan(&in.Parallel)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}
@@ -341,6 +362,7 @@ func (o *PPOOptions) preflight() error {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
 	in.Parallel = launchParallel(0, o.ActorZeRO, o.CriticZeRO)
+	o.offloadOptions.plan(&in.Parallel)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}

@@ -6,6 +6,7 @@ import (
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/kernels/cuda"
+	"github.com/gochat-ai/gochat/plan"
 	"github.com/gochat-ai/gochat/train"
 )
 
@@ -74,4 +75,12 @@ func newHostDevice(g *Globals, dev kernels.Device) (kernels.Device, error) {
 	}
 	g.Log.Info().Str("host", h.Name()).Bool("pinned", opts.Allocator != nil).Msg("offload: host device")
 	return h, nil
+}
+
+// plan sets the planner's offload settings from the flags (a recipe's
+// offload under later: is parsed into them too).
+func (o *offloadOptions) plan(p *plan.Parallel) {
+	if o.Offload {
+		p.Offload, p.OffloadRatio = true, o.OffloadRatio
+	}
 }

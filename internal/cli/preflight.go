@@ -129,8 +129,15 @@ func preflight(g *Globals, what string, est *plan.Estimate, fit func(budget int6
 	}
 	tuneGC(g, mem)
 	g.Log.Info().Str("step", what).Str("dtype", est.DType).Int64("estimated_peak_bytes", est.Peak).
-		Int64("available_bytes", mem.Available).Msgf("memory plan: estimated peak %s of %s", plan.GiB(est.Peak), mem)
-	if est.Peak <= mem.Available {
+		Int64("host_state_bytes", est.Host).Int64("available_bytes", mem.Available).
+		Msgf("memory plan: estimated peak %s of %s", plan.GiB(est.Peak), mem)
+	// The host memory holds the peak, and, where the estimate keeps
+	// ZeRO-Offload's host state apart from a GPU's peak, that state too.
+	need := est.Peak
+	if est.HostPeak > 0 {
+		need += est.Host
+	}
+	if need <= mem.Available {
 		return nil
 	}
 	msg := refusal(what, est, mem, fit(mem.Available))

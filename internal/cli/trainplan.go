@@ -52,6 +52,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 			}
 			in := so.stage.planWith(cfg, dt)
 			in.Parallel = o.parallel(n, launchParallel(so.stage.ZeROStage, 0, 0))
+			so.stage.offloadOptions.plan(&in.Parallel)
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)
@@ -72,6 +73,7 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 			}
 			in := so.ppo.planWith(cfgs[0], cfgs[1], cfgs[2], dt)
 			in.Parallel = o.parallel(n, launchParallel(0, so.ppo.ActorZeRO, so.ppo.CriticZeRO))
+			so.ppo.offloadOptions.plan(&in.Parallel)
 			p.est, err = in.Estimate()
 			if err != nil {
 				return nil, usageErrorf("%s: %v", p.what, err)

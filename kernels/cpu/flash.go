@@ -79,10 +79,19 @@ func (d *Device) FlashAttentionForward(out, lse, qkv, mask kernels.Buffer, b, t,
 func (d *Device) FlashAttentionBackward(dqkv, dout, qkv, lse, mask kernels.Buffer, b, t, nh, nkv, hs int) {
 	w, _ := gqaDims("FlashAttentionBackward", nh, nkv, hs)
 	ls, x := f32(lse)[:b*nh*t], f32(qkv)[:b*t*w]
-	var mk []int32
+	// holes[bi] is one past the last padded position of batch row bi: keys
+	// from there on are all real, so a row masks only the keys before it.
+	holes := make([]int, b)
 	if m := i32(mask); m != nil {
-		mk = m[:b*t]
+		for bi := range b {
+			for j, mj := range m[bi*t : bi*t+t] {
+				if mj == 0 {
+					holes[bi] = j + 1
+				}
+			}
+		}
 	}
+	mk := i32(mask)
 	scale := attnScale(hs)
 	ninf := float32(math.Inf(-1))
 	d.gqaBackward("FlashAttentionBackward", dqkv, dout, qkv, mask, b, t, nh, nkv, hs, func() probRows {
@@ -116,7 +125,7 @@ func (d *Device) FlashAttentionBackward(dqkv, dout, qkv, lse, mask kernels.Buffe
 					continue
 				}
 				if m != nil {
-					for j, mj := range m[:ns[r]] {
+					for j, mj := range m[:min(ns[r], holes[bi])] {
 						if mj == 0 {
 							pr[j] = ninf
 						}

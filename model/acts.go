@@ -17,7 +17,8 @@ type layerActs struct {
 	ln1, ln1Mean, ln1Rstd kernels.Buffer // [N,H], [N], [N]
 	qkv                   kernels.Buffer // [N,3H]
 	qkvRaw, qRstd, kRstd  kernels.Buffer // Qwen3: qkv before q/k norm, the norms' rstd [N,NH], [N,NKV]
-	att                   kernels.Buffer // [B,NH,T,T] probabilities
+	att                   kernels.Buffer // [B,NH,T,T] probabilities (nil with flash attention)
+	lse                   kernels.Buffer // [B,NH,T] log-sum-exp of the scores (flash attention only)
 	atty                  kernels.Buffer // [N,H] attention output (before out_proj)
 	attnOut               kernels.Buffer // [N,H] out_proj output (after dropout)
 	s1                    kernels.Buffer // [N,H] r + attnOut
@@ -111,16 +112,33 @@ type ActsOptions struct {
 }
 
 // WeightsInfo is what the layout of activation buffers needs to know of a
-// model beyond its config: the parameters' element type and whether an
-// adapter (LoRA) is attached. Attach adapters before making Acts.
+// model beyond its config: the parameters' element type, whether an
+// adapter (LoRA) is attached, and whether the device runs flash attention.
+// Attach adapters before making Acts.
 type WeightsInfo struct {
 	DType   kernels.DType
 	Adapter bool
+	// FlashAttention: the device implements kernels.FlashAttention, so
+	// each layer keeps the log-sum-exp lse[B,NH,T] of its attention
+	// scores instead of the probabilities att[B,NH,T,T], and the
+	// attention runs through the flash kernels.
+	FlashAttention bool
 }
 
-// WeightsInfo describes m's parameters as ActsBytes needs them.
+// WeightsInfo describes m's parameters and device as ActsBytes needs them.
 func (m *Model) WeightsInfo() WeightsInfo {
-	return WeightsInfo{DType: m.DType(), Adapter: m.adapter != nil}
+	_, fa := m.Dev.(kernels.FlashAttention)
+	return WeightsInfo{DType: m.DType(), Adapter: m.adapter != nil, FlashAttention: fa}
+}
+
+// attnStore returns the buffer a layer keeps for its attention's backward
+// pass: the probabilities att [B,NH,T,T], or with flash attention the
+// log-sum-exp lse [B,NH,T].
+func attnStore(w WeightsInfo, f32 func(int) kernels.Buffer, b, nh, t int) (att, lse kernels.Buffer) {
+	if w.FlashAttention {
+		return nil, f32(b * nh * t)
+	}
+	return f32(b * nh * t * t), nil
 }
 
 // bf16Store reports whether activations laid out with opts for weights w

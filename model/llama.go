@@ -212,7 +212,9 @@ func (llamaFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w W
 		if c.QKNorm {
 			la.qkvRaw, la.qRstd, la.kRstd = f32(n*W), f32(n*NH), f32(n*NKV)
 		}
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(n*W), f32(b*NH*t*t), kept(n*A), f32(n*H), f32(n*H)
+		la.qkv = f32(n * W)
+		la.att, la.lse = attnStore(w, f32, b, NH, t)
+		la.atty, la.attnOut, la.s1 = kept(n*A), f32(n*H), f32(n*H)
 		la.ln2, la.ln2Rstd = kept(n*H), f32(n)
 		la.fch, la.fchAct, la.fc2o = f32(2*n*F), kept(n*F), f32(n*H)
 	}
@@ -250,7 +252,8 @@ type llamaBufs struct {
 	ln1, rstd1           kernels.Buffer // [N,H], [N]: input_layernorm
 	qkvRaw, qRstd, kRstd kernels.Buffer // Qwen3: [N,W] before q/k norm, [N,NH], [N,NKV]
 	qkv                  kernels.Buffer // [N,W]: q|k|v after q/k norm and RoPE
-	att                  kernels.Buffer // [B,NH,T,T] attention probabilities (Forward)
+	att                  kernels.Buffer // [B,NH,T,T] attention probabilities (Forward without flash attention)
+	lse                  kernels.Buffer // [B,NH,T] their log-sum-exp (Forward with flash attention)
 	atty                 kernels.Buffer // [N,NH·HS] attention output
 	attnOut              kernels.Buffer // [N,H] o_proj output
 	ln2, rstd2           kernels.Buffer // [N,H], [N]: post_attention_layernorm
@@ -271,7 +274,7 @@ func (a *Acts) llamaBufs(l int) llamaBufs {
 		b: a.B, t: a.T, pos: a.pos, mask: a.maskBuf(), cos: a.cos, sin: a.sin,
 		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
 		ln1: la.ln1, rstd1: la.ln1Rstd, qkvRaw: la.qkvRaw, qRstd: la.qRstd, kRstd: la.kRstd,
-		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut,
+		qkv: la.qkv, att: la.att, lse: la.lse, atty: la.atty, attnOut: la.attnOut,
 		ln2: la.ln2, rstd2: la.ln2Rstd, gu: la.fch, act: la.fchAct, fc2o: la.fc2o,
 	}
 	if a.store {
@@ -354,6 +357,8 @@ func (ly llamaLayer) attention(x llamaBufs) {
 	d.RoPEForward(x.qkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if kc := x.cache; kc != nil {
 		d.GQAAttentionDecode(x.atty, x.qkv, kc.k[ly.l], kc.v[ly.l], kc.mask, x.b, x.t, x.t0, kc.Tmax, ly.NH, ly.NKV, ly.HS)
+	} else if x.lse != nil {
+		d.(kernels.FlashAttention).FlashAttentionForward(x.atty, x.lse, x.qkv, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
 	} else {
 		d.GQAAttentionForward(x.atty, x.att, x.qkv, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
 	}
@@ -382,7 +387,11 @@ func (ly llamaLayer) backward(a *Acts, x llamaBufs, gw *LayerParams) {
 	d.RMSNormBackward(a.dA, gw.FFNLNW, a.dB, x.s1, w.FFNLNW, x.rstd2, N, ly.H)
 	// Attention block: s1 = x + o_proj(attention(...)), qkv from n1(x).
 	ly.m.linearBackward(ly.l, SiteOut, a.datty, gw.OutW, gw.OutB, a.dA, ly.widen(x.keptAtty, x.atty), w.OutW, N, ly.NH*ly.HS, ly.H)
-	d.GQAAttentionBackward(a.dqkv, a.datty, x.qkv, x.att, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
+	if x.lse != nil {
+		d.(kernels.FlashAttention).FlashAttentionBackward(a.dqkv, a.datty, x.qkv, x.lse, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
+	} else {
+		d.GQAAttentionBackward(a.dqkv, a.datty, x.qkv, x.att, x.mask, x.b, x.t, ly.NH, ly.NKV, ly.HS)
+	}
 	d.RoPEBackward(a.dqkv, x.pos, x.cos, x.sin, N, ly.NH+ly.NKV, ly.HS, ly.W)
 	if ly.qkNorm {
 		q := ly.NH * ly.HS

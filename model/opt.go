@@ -167,7 +167,9 @@ func (optFamily) layoutActs(m *Model, a *Acts, b, t int, opts ActsOptions, w Wei
 	dropout := opts.Dropout && c.Dropout > 0
 	for i := range a.layers {
 		la := &a.layers[i]
-		la.qkv, la.att, la.atty, la.attnOut, la.s1 = f32(3*n*H), f32(b*NH*t*t), kept(n*H), f32(n*H), f32(n*H)
+		la.qkv = f32(3 * n * H)
+		la.att, la.lse = attnStore(w, f32, b, NH, t)
+		la.atty, la.attnOut, la.s1 = kept(n*H), f32(n*H), f32(n*H)
 		la.ln1, la.ln1Mean, la.ln1Rstd = kept(n*H), f32(n), f32(n)
 		la.ln2Mean, la.ln2Rstd = f32(n), f32(n)
 		if c.DoLayerNormBefore {
@@ -240,7 +242,8 @@ type optBufs struct {
 	x, s1, out        kernels.Buffer // [N,H]: the layer's input, after attention, its output
 	ln1, mean1, rstd1 kernels.Buffer // [N,H], [N], [N]: self_attn_layer_norm
 	qkv               kernels.Buffer // [N,3H]
-	att               kernels.Buffer // [B,NH,T,T] attention probabilities (Forward)
+	att               kernels.Buffer // [B,NH,T,T] attention probabilities (Forward without flash attention)
+	lse               kernels.Buffer // [B,NH,T] their log-sum-exp (Forward with flash attention)
 	atty              kernels.Buffer // [N,H] attention output (before out_proj)
 	attnOut, drop1    kernels.Buffer // [N,H]: out_proj output (after dropout); its dropout scales (nil: none)
 	ln2, mean2, rstd2 kernels.Buffer // [N,H] (pre-LN only), [N], [N]: final_layer_norm
@@ -262,7 +265,7 @@ func (a *Acts) optBufs(l int, relu bool) optBufs {
 		b: a.B, t: a.T, mask: a.maskBuf(), seed: a.seed,
 		x: a.resid[l], s1: la.s1, out: a.resid[l+1],
 		ln1: la.ln1, mean1: la.ln1Mean, rstd1: la.ln1Rstd,
-		qkv: la.qkv, att: la.att, atty: la.atty, attnOut: la.attnOut, drop1: la.drop1,
+		qkv: la.qkv, att: la.att, lse: la.lse, atty: la.atty, attnOut: la.attnOut, drop1: la.drop1,
 		ln2: la.ln2, mean2: la.ln2Mean, rstd2: la.ln2Rstd,
 		fch: la.fch, act: la.fchAct, fc2o: la.fc2o, drop2: la.drop2, s2: la.s2,
 	}
@@ -341,6 +344,9 @@ func (ly optLayer) attention(x optBufs, in kernels.Buffer) {
 	ly.m.linearForward(ly.l, SiteQKV, x.qkv, in, w.QKVW, w.QKVB, N, H, 3*H)
 	if kc := x.cache; kc != nil {
 		d.AttentionDecode(x.atty, x.qkv, kc.k[ly.l], kc.v[ly.l], kc.mask, x.b, x.t, x.t0, kc.Tmax, ly.NH, ly.HS)
+	} else if x.lse != nil {
+		// OPT's packed q|k|v is the GQA layout with NKV = NH.
+		d.(kernels.FlashAttention).FlashAttentionForward(x.atty, x.lse, x.qkv, x.mask, x.b, x.t, ly.NH, ly.NH, ly.HS)
 	} else {
 		d.AttentionForward(x.atty, x.att, x.qkv, x.mask, x.b, x.t, ly.NH, ly.HS)
 	}
@@ -464,7 +470,7 @@ func (optFamily) layerBackward(m *Model, a *Acts, gw *LayerParams, l int) {
 		// s1 = r + attnOut
 		dattn := undrop(a.dC, a.dA, la.drop1)
 		m.linearBackward(l, SiteOut, a.dB, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
-		d.AttentionBackward(a.dqkv, a.dB, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
+		optAttentionBackward(d, a.dqkv, a.dB, la, mask, B, T, c.NumHeads, c.HeadSize())
 		m.linearBackward(l, SiteQKV, a.dB, gw.QKVW, gw.QKVB, a.dqkv, widen(la.ln1, a.wsH), w.QKVW, N, H, 3*H)
 		d.LayerNormBackward(a.dA, gw.AttnLNW, gw.AttnLNB, a.dB, r, w.AttnLNW, la.ln1Mean, la.ln1Rstd, N, H)
 		return
@@ -486,9 +492,20 @@ func (optFamily) layerBackward(m *Model, a *Acts, gw *LayerParams, l int) {
 	// s1 = r + attnOut
 	dattn := undrop(a.dC, a.dB, la.drop1)
 	m.linearBackward(l, SiteOut, a.dA, gw.OutW, gw.OutB, dattn, widen(la.atty, a.wsH), w.OutW, N, H, H)
-	d.AttentionBackward(a.dqkv, a.dA, la.qkv, la.att, mask, B, T, c.NumHeads, c.HeadSize())
+	optAttentionBackward(d, a.dqkv, a.dA, la, mask, B, T, c.NumHeads, c.HeadSize())
 	m.linearBackward(l, SiteQKV, a.dA, gw.QKVW, gw.QKVB, a.dqkv, r, w.QKVW, N, H, 3*H)
 	d.Add(a.dA, a.dA, a.dB, N*H)
+}
+
+// optAttentionBackward: dqkv = the gradient of layer la's attention given
+// dout, through the flash kernels when the layer kept lse, else from its
+// probabilities att.
+func optAttentionBackward(d kernels.Device, dqkv, dout kernels.Buffer, la *layerActs, mask kernels.Buffer, b, t, nh, hs int) {
+	if la.lse != nil {
+		d.(kernels.FlashAttention).FlashAttentionBackward(dqkv, dout, la.qkv, la.lse, mask, b, t, nh, nh, hs)
+		return
+	}
+	d.AttentionBackward(dqkv, dout, la.qkv, la.att, mask, b, t, nh, hs)
 }
 
 // embedBackward: positions, project_in and tokens, reversed.

@@ -128,6 +128,10 @@ type Stage struct {
 	// batch when it halves the micro-batch).
 	GradAccum int
 	Parallel  Parallel // the zero value: one process, as gochat runs today
+	// FlashAttention: the backend implements kernels.FlashAttention, so
+	// each layer keeps lse[B,NH,T] instead of att[B,NH,T,T]
+	// (model.WeightsInfo).
+	FlashAttention bool
 }
 
 // PPO describes step 3 for the planner.
@@ -145,6 +149,7 @@ type PPO struct {
 	Opts                  ppo.Options // CriticCheckpointing, ActorDropout, CriticDropout, EnableEMA
 	KeepCache             bool
 	Parallel              Parallel // the zero value: one process, as gochat runs today
+	FlashAttention        bool     // as Stage's
 }
 
 // Model is what one model holds, in bytes.
@@ -359,7 +364,7 @@ func (s Stage) Estimate() (*Estimate, error) {
 	}
 	m.Checkpointing = s.Sft.Checkpoint
 	s.Parallel.partition(&m, s.Parallel.Stage)
-	w := model.WeightsInfo{DType: s.DType, Adapter: s.LoRA.Dim > 0}
+	w := model.WeightsInfo{DType: s.DType, Adapter: s.LoRA.Dim > 0, FlashAttention: s.FlashAttention}
 	trActs, trLogits := actsSplit(c, vh, tr, w)
 	evActs, evLogits := actsSplit(c, vh, ev, w)
 	other := tr
@@ -470,8 +475,9 @@ func (p PPO) Estimate() (*Estimate, error) {
 	rows := map[string]*Model{"actor": &actor, "reference": &ref, "critic": &critic}
 	conf := map[string]*model.Config{"actor": p.Actor, "reference": p.Actor, "critic": p.Critic}
 	heads := map[string]bool{"critic": true}
-	wi := map[string]model.WeightsInfo{"actor": {DType: dt, Adapter: p.ActorLoRA.Dim > 0}, "reference": {DType: dt},
-		"critic": {DType: dt, Adapter: p.CriticLoRA.Dim > 0}}
+	fa := p.FlashAttention
+	wi := map[string]model.WeightsInfo{"actor": {DType: dt, Adapter: p.ActorLoRA.Dim > 0, FlashAttention: fa},
+		"reference": {DType: dt, FlashAttention: fa}, "critic": {DType: dt, Adapter: p.CriticLoRA.Dim > 0, FlashAttention: fa}}
 	for _, s := range p.Opts.ActsPlan(p.ActorCheckpointing, p.GenBatch, p.TrainBatch, seq, p.UnsupLen) {
 		a, l := actsSplit(conf[s.Model], heads[s.Model], s.ActsShape, wi[s.Model])
 		rows[s.Model].Acts += a
@@ -530,7 +536,7 @@ func (p PPO) Estimate() (*Estimate, error) {
 	if p.KeepCache {
 		kept = gen
 	}
-	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true, model.WeightsInfo{DType: dt}))
+	score := int64(reward.ScoreActs(p.GenBatch, min(seq+p.RewardExtra, p.Reward.MaxPositions)).Bytes(p.Reward, true, model.WeightsInfo{DType: dt, FlashAttention: fa}))
 	// Saving fuses LoRA into a copy of the weights, one model at a time
 	// (saves is their sum: they follow each other between collections).
 	var save, saves int64

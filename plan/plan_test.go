@@ -69,6 +69,11 @@ func TestStageEstimate(t *testing.T) {
 			func(b, a Model) bool { return a.Grads == b.Grads && a.Moments == b.Moments && a.LoRA > 0 }},
 		{"a larger batch: more activations and logits", func(s *Stage) { s.Batch = 8 },
 			func(b, a Model) bool { return a.Acts > b.Acts && a.Logits > b.Logits && a.Weights == b.Weights }},
+		{"flash attention: lse[B,NH,T] instead of att[B,NH,T,T] in each of the 12 layers of the training pass, the rest the same",
+			func(s *Stage) { s.FlashAttention = true },
+			func(b, a Model) bool {
+				return b.Acts-a.Acts >= 12*(4*12*256*256-4*12*256)*4 && a.ActsOther < b.ActsOther && a.Logits == b.Logits && a.Weights == b.Weights
+			}},
 		{"step 2: a value head, no logits", func(s *Stage) { s.Reward = true },
 			func(b, a Model) bool { return a.Logits == 0 && a.Params == b.Params+768 }},
 	} {

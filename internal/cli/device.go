@@ -15,6 +15,24 @@ func newCPU(g *Globals) (*cpu.Device, error) {
 	return cpu.New(cpu.Options{Threads: g.Threads})
 }
 
+// flashAttention reports whether the backend --device names runs attention
+// through kernels.FlashAttention (its layers keep lse[B,NH,T], not
+// att[B,NH,T,T]), which the memory planner needs before any device is
+// opened: the named backend's type says, and auto (or a --device that does
+// not parse, which fails later) may run on either.
+func flashAttention(g *Globals) bool {
+	_, onCPU := any((*cpu.Device)(nil)).(kernels.FlashAttention)
+	_, onGPU := any((*cuda.Device)(nil)).(kernels.FlashAttention)
+	spec, err := parseDevice(g.Device)
+	switch {
+	case err == nil && spec.kind == "cpu":
+		return onCPU
+	case err == nil && spec.kind == "cuda":
+		return onGPU
+	}
+	return onCPU && onGPU
+}
+
 // deviceSpec is a parsed --device: "cpu", "cuda" with a GPU ordinal, or
 // "auto".
 type deviceSpec struct {

@@ -286,7 +286,7 @@ func (o *StageOptions) planWith(cfg *model.Config, dt kernels.DType) plan.Stage 
 	}
 	return plan.Stage{Reward: o.Step == 2, Model: &c, DType: dt, Batch: o.TrainBatch, GradAccum: o.GradAccum,
 		Sft:  sft.Options{MaxSeqLen: o.MaxSeqLen, EvalBatch: o.EvalBatch, Dropout: true, Checkpoint: o.GradCkpt},
-		LoRA: lc, OnlyLoRA: o.OnlyLoRA}
+		LoRA: lc, OnlyLoRA: o.OnlyLoRA, FlashAttention: flashAttention(o.g)}
 }
 
 // preflight runs the memory pre-flight of step 1 or 2 (per rank under an
@@ -343,7 +343,7 @@ func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType)
 	if o.UnsupData != "" {
 		unsup = o.MaxPromptLen + o.MaxAnswerLen
 	}
-	return plan.PPO{Actor: actor, Critic: critic, Reward: rm, DType: dt,
+	return plan.PPO{Actor: actor, Critic: critic, Reward: rm, DType: dt, FlashAttention: flashAttention(o.g),
 		GenBatch: o.GenBatch, TrainBatch: o.TrainBatch, GenerationBatches: o.GenerationBatches,
 		PromptLen: o.MaxPromptLen, AnswerLen: o.MaxAnswerLen,
 		// Byte-level BPE makes at most one token per byte of the end text.

@@ -44,15 +44,17 @@ func firstReal(mask []int32, b, t, stride int) []int {
 // softmaxRow turns the scores p[:n] of one query into probabilities in
 // place, giving keys with mask[j] == 0 probability 0 (mask nil: none
 // masked). For a fully masked query (masked true) it sets p[:full] = 1/full
-// instead. Either way the rest of p is zeroed.
-func (d *Device) softmaxRow(p []float32, n, full int, mask []int32, masked bool) {
+// instead. Either way the rest of p is zeroed. It returns the row's
+// log-sum-exp (kernels.FlashAttention): max + log Σ exp(s_j - max) over the
+// unmasked scores, or log(full) for a fully masked query.
+func (d *Device) softmaxRow(p []float32, n, full int, mask []int32, masked bool) float32 {
 	if masked {
 		u := 1 / float32(full)
 		for j := range p[:full] {
 			p[j] = u
 		}
 		clear(p[full:])
-		return
+		return float32(math.Log(float64(full)))
 	}
 	pr := p[:n]
 	if mask != nil {
@@ -63,9 +65,11 @@ func (d *Device) softmaxRow(p []float32, n, full int, mask []int32, masked bool)
 			}
 		}
 	}
-	s := d.rowExpStore(pr, pr, d.rowMax(pr))
+	m := d.rowMax(pr)
+	s := d.rowExpStore(pr, pr, m)
 	d.rowScale(pr, float32(1/s))
 	clear(p[n:])
+	return float32(float64(m) + math.Log(s))
 }
 
 // attnRows computes nq query rows (nq is 1 or 4) of one head. qs holds the
@@ -76,8 +80,9 @@ func (d *Device) softmaxRow(p []float32, n, full int, mask []int32, masked bool)
 // rows of out ([nq, ldo]) are overwritten with Σ_j p_j v_j. Four rows at a
 // time give bit-identical results to one row at a time: the blocked
 // primitives reproduce the single-row arithmetic and extra keys enter with
-// probability exactly 0.
-func (d *Device) attnRows(out []float32, ldo int, p []float32, ldp int, qs, k, v []float32, stride, hs, full int, ns []int, masked []bool, mask []int32) {
+// probability exactly 0. When lse is not nil, lse[r] receives row r's
+// log-sum-exp.
+func (d *Device) attnRows(out []float32, ldo int, p []float32, ldp int, lse []float32, qs, k, v []float32, stride, hs, full int, ns []int, masked []bool, mask []int32) {
 	nq := len(ns)
 	nmax := 0
 	for r, n := range ns {
@@ -92,7 +97,10 @@ func (d *Device) attnRows(out []float32, ldo int, p []float32, ldp int, qs, k, v
 		d.dots(p[:ns[0]], qs[:hs], k, stride)
 	}
 	for r := range nq {
-		d.softmaxRow(p[r*ldp:r*ldp+ldp], ns[r], full, mask, masked[r])
+		l := d.softmaxRow(p[r*ldp:r*ldp+ldp], ns[r], full, mask, masked[r])
+		if lse != nil {
+			lse[r] = l
+		}
 		clear(out[r*ldo : r*ldo+hs])
 	}
 	if nq == 4 {
@@ -107,9 +115,9 @@ func (d *Device) attnRows(out []float32, ldo int, p []float32, ldp int, qs, k, v
 // position pos0+i, seeing keys 0..pos0+i, or all full keys uniformly when
 // pos0+i < first (a fully masked query). Row i of out is out[i*ldo:]; a
 // block's probabilities go to p from row i·pstep on, rows ldp apart (pstep
-// = ldp keeps every row, pstep = 0 reuses one block of scratch). qs is
-// scratch of 4·HS.
-func (d *Device) attnQueries(out []float32, ldo int, p []float32, ldp, pstep int, q []float32, ldq int, scale float32,
+// = ldp keeps every row, pstep = 0 reuses one block of scratch). Query i's
+// log-sum-exp goes to lse[i] when lse is not nil. qs is scratch of 4·HS.
+func (d *Device) attnQueries(out []float32, ldo int, p []float32, ldp, pstep int, lse []float32, q []float32, ldq int, scale float32,
 	qs, k, v []float32, stride, hs, full, n, pos0, first int, mask []int32) {
 	var ns [4]int
 	var masked [4]bool
@@ -125,7 +133,11 @@ func (d *Device) attnQueries(out []float32, ldo int, p []float32, ldp, pstep int
 			pos := pos0 + i + r
 			ns[r], masked[r] = pos+1, pos < first
 		}
-		d.attnRows(out[i*ldo:], ldo, p[i*pstep:], ldp, qs, k, v, stride, hs, full, ns[:nq], masked[:nq], mask)
+		var l []float32
+		if lse != nil {
+			l = lse[i : i+nq]
+		}
+		d.attnRows(out[i*ldo:], ldo, p[i*pstep:], ldp, l, qs, k, v, stride, hs, full, ns[:nq], masked[:nq], mask)
 		i += nq
 	}
 }
@@ -210,7 +222,7 @@ func (d *Device) AttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffer, 
 				}
 				ks, vs, stride = kd, vd, hs
 			}
-			d.attnQueries(o[bi*tn*c+h*hs:], c, p, full, 0, x[bi*tn*c3+h*hs:], c3, scale, qs, ks, vs, stride, hs, full, tn, t0, first[bi], m)
+			d.attnQueries(o[bi*tn*c+h*hs:], c, p, full, 0, nil, x[bi*tn*c3+h*hs:], c3, scale, qs, ks, vs, stride, hs, full, tn, t0, first[bi], m)
 		}
 	})
 }

@@ -141,3 +141,42 @@ func BenchmarkLayerNorm(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAttentionTrain compares one training pass of attention (forward
+// and backward) through the composed kernels, which keep att[B,NH,T,T],
+// with the flash kernels, which keep lse[B,NH,T] and recompute the
+// probabilities, at opt-125m/llama-125m shapes.
+func BenchmarkAttentionTrain(b *testing.B) {
+	d, err := cpu.New(cpu.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range []int{128, 256, 512} {
+		const bsz, nh, hs = 4, 12, 64
+		c := nh * hs
+		qkv := benchRandn(bsz*t*3*c, 1)
+		mask := make(cpu.I32, bsz*t)
+		for i := range mask {
+			mask[i] = 1
+		}
+		mask[0], mask[1] = 0, 0 // some left padding
+		out, att, lse := make(cpu.F32, bsz*t*c), make(cpu.F32, bsz*nh*t*t), make(cpu.F32, bsz*nh*t)
+		dout, dqkv := benchRandn(bsz*t*c, 1), make(cpu.F32, len(qkv))
+		shape := fmt.Sprintf("B=%d,T=%d,NH=%d,HS=%d", bsz, t, nh, hs)
+		flops := 3 * attnFlops(bsz, t, nh, hs)
+		b.Run("Composed/"+shape, func(b *testing.B) {
+			for b.Loop() {
+				d.AttentionForward(out, att, qkv, mask, bsz, t, nh, hs)
+				d.AttentionBackward(dqkv, dout, qkv, att, mask, bsz, t, nh, hs)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run("Flash/"+shape, func(b *testing.B) {
+			for b.Loop() {
+				d.FlashAttentionForward(out, lse, qkv, mask, bsz, t, nh, nh, hs)
+				d.FlashAttentionBackward(dqkv, dout, qkv, lse, mask, bsz, t, nh, nh, hs)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

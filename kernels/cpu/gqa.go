@@ -61,7 +61,7 @@ func (d *Device) GQAAttentionForward(out, att, qkv, mask kernels.Buffer, b, t, n
 				}
 				loaded = g
 			}
-			d.attnQueries(o[bi*t*cq+h*hs:], cq, a[bh*t*t:], t, t, x[base+h*hs:], w, scale, qs, kb, vb, hs, hs, t, t, 0, first[bi], m)
+			d.attnQueries(o[bi*t*cq+h*hs:], cq, a[bh*t*t:], t, t, nil, x[base+h*hs:], w, scale, qs, kb, vb, hs, hs, t, t, 0, first[bi], m)
 		}
 	})
 }
@@ -71,8 +71,30 @@ func (d *Device) GQAAttentionForward(out, att, qkv, mask kernels.Buffer, b, t, n
 // AttentionBackward's; a KV head's dk and dv sum over its query heads, in
 // head order.
 func (d *Device) GQAAttentionBackward(dqkv, dout, qkv, att, mask kernels.Buffer, b, t, nh, nkv, hs int) {
-	w, cq := gqaDims("GQAAttentionBackward", nh, nkv, hs)
-	dx, dy, x, a := f32(dqkv)[:b*t*w], f32(dout)[:b*t*cq], f32(qkv)[:b*t*w], f32(att)[:b*nh*t*t]
+	_, cq := gqaDims("GQAAttentionBackward", nh, nkv, hs)
+	a := f32(att)[:b*nh*t*t]
+	if b*t*cq == 0 {
+		a = nil
+	}
+	d.gqaBackward("GQAAttentionBackward", dqkv, dout, qkv, mask, b, t, nh, nkv, hs, func() probRows {
+		return func(bh, ti int, _ []int, _ int, _ []bool, _ []float32) []float32 { return a[(bh*t+ti)*t:] }
+	})
+}
+
+// probRows returns the probabilities of queries ti..ti+len(ns)-1 of the
+// (batch, query head) pair bh as rows of T elements (row r from r·T): row r
+// holds its ns[r] keys' probabilities (every one of the T keys, 1/T each,
+// when masked[r]: a fully masked query) and zeros from there to nmax. kb
+// holds the keys of bh's KV head as dense [T,HS] rows. The backward makes
+// one per goroutine (newRows), so it may own scratch.
+type probRows func(bh, ti int, ns []int, nmax int, masked []bool, kb []float32) []float32
+
+// gqaBackward is the backward of grouped-query attention given, through
+// newRows, the forward's probabilities: the saved att (GQAAttentionBackward)
+// or their recomputation (FlashAttentionBackward). dqkv is overwritten.
+func (d *Device) gqaBackward(op string, dqkv, dout, qkv, mask kernels.Buffer, b, t, nh, nkv, hs int, newRows func() probRows) {
+	w, cq := gqaDims(op, nh, nkv, hs)
+	dx, dy, x := f32(dqkv)[:b*t*w], f32(dout)[:b*t*cq], f32(qkv)[:b*t*w]
 	mk := i32(mask)
 	if mk != nil {
 		mk = mk[:b*t]
@@ -85,6 +107,7 @@ func (d *Device) GQAAttentionBackward(dqkv, dout, qkv, att, mask kernels.Buffer,
 	first := firstReal(mk, b, t, t)
 	scale := attnScale(hs)
 	d.parallelFor(b*nkv, 1, func(lo, hi int) {
+		rows := newRows()
 		ds := make([]float32, 4*t)
 		kb, vb := make([]float32, t*hs), make([]float32, t*hs)
 		dkb, dvb := make([]float32, t*hs), make([]float32, t*hs)
@@ -110,17 +133,18 @@ func (d *Device) GQAAttentionBackward(dqkv, dout, qkv, att, mask kernels.Buffer,
 					}
 					nmax := 0
 					var ns [4]int
+					var masked [4]bool
 					for r := range nq {
 						ns[r] = ti + r + 1
-						if ti+r < first[bi] {
+						if masked[r] = ti+r < first[bi]; masked[r] {
 							ns[r] = t
 						}
 						nmax = max(nmax, ns[r])
 					}
-					p := a[(bh*t+ti)*t:]        // [nq, T] probabilities
-					g := dy[(bi*t+ti)*cq+h*hs:] // [nq, NH·HS] output gradients
-					q := x[base+ti*w+h*hs:]     // [nq, W] queries
-					dq := dx[base+ti*w+h*hs:]   // [nq, W] their gradients
+					p := rows(bh, ti, ns[:nq], nmax, masked[:nq], kb) // [nq, T] probabilities
+					g := dy[(bi*t+ti)*cq+h*hs:]                       // [nq, NH·HS] output gradients
+					q := x[base+ti*w+h*hs:]                           // [nq, W] queries
+					dq := dx[base+ti*w+h*hs:]                         // [nq, W] their gradients
 					if nq == 4 {
 						d.dots4(ds, t, g, cq, vb, hs, nmax, hs) // dp_j = dout·v_j
 					} else {
@@ -128,7 +152,7 @@ func (d *Device) GQAAttentionBackward(dqkv, dout, qkv, att, mask kernels.Buffer,
 					}
 					for r := range nq {
 						pr, dr := p[r*t:r*t+ns[r]], ds[r*t:r*t+t]
-						if ti+r < first[bi] {
+						if masked[r] {
 							clear(dr[:nmax]) // fully masked: the output ignores q and k
 							continue
 						}
@@ -213,7 +237,7 @@ func (d *Device) GQAAttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffe
 			}
 			cb := (bi*nkv + h/rep) * tmax * hs
 			ks, vs := kc[cb:cb+full*hs], vc[cb:cb+full*hs]
-			d.attnQueries(o[bi*tn*cq+h*hs:], cq, p, full, 0, x[bi*tn*w+h*hs:], w, scale, qs, ks, vs, hs, hs, full, tn, t0, first[bi], m)
+			d.attnQueries(o[bi*tn*cq+h*hs:], cq, p, full, 0, nil, x[bi*tn*w+h*hs:], w, scale, qs, ks, vs, hs, hs, full, tn, t0, first[bi], m)
 		}
 	})
 }

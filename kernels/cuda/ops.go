@@ -234,6 +234,52 @@ func (d *Device) gqaBackward(op string, dqkv, dout, qkv, att, mask kernels.Buffe
 		ptr(dx), ptr(dy), ptr(x), ptr(a), rawPtr(ds.ptr), ptr(m), i32(t), i32(nh), i32(nkv), i32(hs), f32(sc))
 }
 
+// The CUDA backend has the flash-attention capability.
+var _ kernels.FlashAttention = (*Device)(nil)
+
+// FlashAttentionForward implements kernels.FlashAttention: one block per
+// (tile of flashTQ queries, head, batch row), the key and value tiles in
+// shared memory, the online softmax; no [T,T] buffer.
+func (d *Device) FlashAttentionForward(out, lse, qkv, mask kernels.Buffer, b, t, nh, nkv, hs int) {
+	ck := check{d, "FlashAttentionForward"}
+	ck.attnGeom(b, t, nh, nkv, hs)
+	w := (nh + 2*nkv) * hs
+	o := ck.f32("out", out, b*t*nh*hs)
+	l := ck.f32("lse", lse, b*nh*t)
+	x := ck.f32("qkv", qkv, b*t*w)
+	m := ck.optI32("mask", mask, b*t)
+	if b*t*nh*hs == 0 {
+		return
+	}
+	d.launch(kFlashFwd, dim3{uint32((t + flashTQ - 1) / flashTQ), uint32(nh), uint32(b)}, dim3{flashThreads, 1, 1},
+		ptr(o), ptr(l), ptr(x), ptr(m), i32(t), i32(nh), i32(nkv), i32(hs), f32(attnScale(hs)))
+}
+
+// FlashAttentionBackward implements kernels.FlashAttention as
+// FlashAttention-2 does, without atomics: per query tile (dq and the row
+// terms D = Σ p·dp, kept in a [B,NH,T] scratch), then per key tile (dk, dv,
+// summed over the group's query heads). Both overwrite.
+func (d *Device) FlashAttentionBackward(dqkv, dout, qkv, lse, mask kernels.Buffer, b, t, nh, nkv, hs int) {
+	ck := check{d, "FlashAttentionBackward"}
+	ck.attnGeom(b, t, nh, nkv, hs)
+	w := (nh + 2*nkv) * hs
+	dx := ck.f32("dqkv", dqkv, b*t*w)
+	dy := ck.f32("dout", dout, b*t*nh*hs)
+	x := ck.f32("qkv", qkv, b*t*w)
+	l := ck.f32("lse", lse, b*nh*t)
+	m := ck.optI32("mask", mask, b*t)
+	if b*t*nh*hs == 0 {
+		return
+	}
+	ds := d.scratch("FlashAttentionBackward", int64(4*b*nh*t))
+	defer d.release(ds)
+	sc := attnScale(hs)
+	d.launch(kFlashBwdDQ, dim3{uint32((t + flashTQ - 1) / flashTQ), uint32(nh), uint32(b)}, dim3{flashThreads, 1, 1},
+		ptr(dx), rawPtr(ds.ptr), ptr(dy), ptr(x), ptr(l), ptr(m), i32(t), i32(nh), i32(nkv), i32(hs), f32(sc))
+	d.launch(kFlashBwdDKDV, dim3{uint32((t + flashTK - 1) / flashTK), uint32(nkv), uint32(b)}, dim3{flashThreads, 1, 1},
+		ptr(dx), ptr(dy), ptr(x), ptr(l), rawPtr(ds.ptr), ptr(m), i32(t), i32(nh), i32(nkv), i32(hs), f32(sc))
+}
+
 // GQAAttentionDecode implements kernels.Ops; the caches are
 // [B,NKV,Tmax,HS].
 func (d *Device) GQAAttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffer, b, tn, t0, tmax, nh, nkv, hs int) {

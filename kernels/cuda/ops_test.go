@@ -86,6 +86,13 @@ func opCalls(e opsEnv) []struct {
 		{"GQAAttentionBackward", func() {
 			d.GQAAttentionBackward(e.f(b*t*w), e.f(b*t*nh*hs), e.f(b*t*w), e.f(b*nh*t*t), e.i(b*t), b, t, nh, nkv, hs)
 		}},
+		{"FlashAttentionForward", func() { d.FlashAttentionForward(e.f(b*t*nh*hs), e.f(b*nh*t), e.f(b*t*w), e.i(b*t), b, t, nh, nkv, hs) }},
+		{"FlashAttentionBackward", func() {
+			d.FlashAttentionBackward(e.f(b*t*w), e.f(b*t*nh*hs), e.f(b*t*w), e.f(b*nh*t), e.i(b*t), b, t, nh, nkv, hs)
+		}},
+		{"FlashAttentionForward", func() {
+			d.FlashAttentionForward(e.f(b*t*3*nh*hs), e.f(b*nh*t), e.f(b*t*3*nh*hs), nil, b, t, nh, nh, hs)
+		}},
 		{"GQAAttentionDecode", func() {
 			d.GQAAttentionDecode(e.f(b*nh*hs), e.f(b*w), e.f(b*nkv*tmax*hs), e.f(b*nkv*tmax*hs), nil, b, 1, 4, tmax, nh, nkv, hs)
 		}},
@@ -172,6 +179,8 @@ func TestOpsValidate(t *testing.T) {
 		{"short A", "Gemm: A has 7 elements, need 8", func() { d.Gemm(false, false, 2, 3, 4, 1, e.f(7), 4, e.f(12), 3, 0, e.f(6), 3) }},
 		{"C in bf16", "Gemm: C is bf16, want f32", func() { d.Gemm(false, false, 2, 3, 4, 1, e.f(8), 4, e.f(12), 3, 0, e.h(6), 3) }},
 		{"GQA heads", "not a multiple", func() { d.GQAAttentionForward(e.f(99), e.f(99), e.f(999), nil, 1, 2, 3, 2, 4) }},
+		{"flash short lse", "FlashAttentionForward: lse has 3 elements, need 4", func() { d.FlashAttentionForward(e.f(32), e.f(3), e.f(96), nil, 1, 4, 1, 1, 8) }},
+		{"flash head size", "head size 512", func() { d.FlashAttentionBackward(e.f(3072), e.f(1024), e.f(3072), e.f(2), nil, 1, 2, 1, 1, 512) }},
 		{"head size", "not implemented on cuda yet: head size 512", func() { d.AttentionForward(e.f(2048), e.f(4), e.f(4096), nil, 1, 2, 2, 512) }},
 		{"decode past Tmax", "past Tmax", func() { d.AttentionDecode(e.f(99), e.f(99), e.f(99), e.f(99), nil, 1, 2, 3, 4, 1, 8) }},
 		{"mask in F32", "mask is f32, want i32", func() { d.AttentionForward(e.f(32), e.f(16), e.f(96), e.f(4), 1, 4, 1, 8) }},

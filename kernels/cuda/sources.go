@@ -73,6 +73,9 @@ const (
 	kAttnFwd
 	kAttnBwdQ
 	kAttnBwdKV
+	kFlashFwd
+	kFlashBwdDQ
+	kFlashBwdDKDV
 	kKVCacheWrite
 	kRoPE
 	kAdamW
@@ -113,6 +116,9 @@ var kernelNames = [numKernels]string{
 	kAttnFwd:          "k_attn_fwd",
 	kAttnBwdQ:         "k_attn_bwd_q",
 	kAttnBwdKV:        "k_attn_bwd_kv",
+	kFlashFwd:         "k_flash_fwd",
+	kFlashBwdDQ:       "k_flash_bwd_dq",
+	kFlashBwdDKDV:     "k_flash_bwd_dkdv",
 	kKVCacheWrite:     "k_kv_cache_write",
 	kRoPE:             "k_rope",
 	kAdamW:            "k_adamw",
@@ -127,8 +133,13 @@ func (k kernel) String() string { return kernelNames[k] }
 const (
 	maxHS      = 256 // MAX_HS in attention.cu
 	attThreads = 128 // ATT_THREADS in attention.cu
-	rowThreads = 256 // threads of the row kernels (norms, softmax, losses)
-	elemBlock  = 256 // threads of the elementwise kernels
-	maxGrid    = 65535 * 8
-	sumBlocks  = 1024 // blocks of k_sumsq_partial: partial sums per buffer
+	// The flash attention kernels' tiles: FLASH_TQ queries (forward and
+	// dq), FLASH_TK keys, FLASH_THREADS threads.
+	flashTQ      = 8
+	flashTK      = 8
+	flashThreads = 128
+	rowThreads   = 256 // threads of the row kernels (norms, softmax, losses)
+	elemBlock    = 256 // threads of the elementwise kernels
+	maxGrid      = 65535 * 8
+	sumBlocks    = 1024 // blocks of k_sumsq_partial: partial sums per buffer
 )

@@ -28,6 +28,7 @@ var conformance = []testCase{
 	{"SwiGLU", testSwiGLU},
 	{"GQAAttention", testGQAAttention},
 	{"GQAAttentionDecode", testGQAAttentionDecode},
+	{"FlashAttention", testFlashAttention},
 	{"Dropout", testDropout},
 	{"Mul", testMul},
 	{"CrossEntropy", testCrossEntropy},

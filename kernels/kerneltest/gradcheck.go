@@ -34,6 +34,7 @@ var gradChecks = []testCase{
 	{"RoPE", gradRoPE},
 	{"SwiGLU", gradSwiGLU},
 	{"GQAAttention", gradGQAAttention},
+	{"FlashAttention", gradFlashAttention},
 }
 
 // fdSamples is how many elements of each input the checks perturb.

@@ -211,6 +211,302 @@ extern "C" __global__ void k_attn_bwd_kv(float* dqkv, const float* dout, const f
 	if (d1 < hs) { dk[d1] = dk1; dv[d1] = dv1; }
 }
 
+// Flash attention (kernels.FlashAttention) over a packed qkv[B,T,W], W =
+// (NH+2·NKV)·HS: never a [T,T] buffer. The forward keeps lse[B,NH,T], the
+// log-sum-exp of each query's scores; the backward recomputes the
+// probabilities p = exp(s - lse) tile by tile. A fully masked query (i <
+// first) scores 0 at every one of the T keys (lse = log T, p = 1/T) and
+// passes no gradient to q or k. Tiles hold FLASH_TQ queries and FLASH_TK
+// keys (FLASH_TQB queries in the dK/dV kernel) of up to MAX_HS elements in
+// shared memory; the arithmetic is plain fp32 with double row sums, as the
+// kernels above.
+
+#define FLASH_TQ 8
+#define FLASH_TK 8
+#define FLASH_TQB 4
+#define FLASH_THREADS 128
+
+// flash_sees reports whether query i sees key j: every key for a fully
+// masked query, else the real keys up to its position.
+__device__ __forceinline__ int flash_sees(int i, int j, int first, const int* mrow) {
+	if (i < first) return 1;
+	return j <= i && (mrow == 0 || mrow[j] != 0);
+}
+
+// Forward: one block per (query tile, head h, batch row b); the key tiles
+// of KV head h/(NH/NKV) from 0 to the tile's last position (to T when the
+// tile holds a fully masked query), with the online softmax: per row the
+// running max m, the running sum l (double) and the unnormalised output,
+// rescaled by exp(m_old - m_new) when the max grows. Overwrites out
+// [B,T,NH·HS] and lse [B,NH,T] = m + log l.
+extern "C" __global__ void k_flash_fwd(float* out, float* lse, const float* qkv, const int* mask,
+		int t, int nh, int nkv, int hs, float scale) {
+	__shared__ float qs[FLASH_TQ * MAX_HS];  // scaled queries
+	__shared__ float kv[FLASH_TK * MAX_HS];  // the key tile, then the value tile
+	__shared__ float acc[FLASH_TQ * MAX_HS]; // unnormalised outputs
+	__shared__ float pt[FLASH_TQ][FLASH_TK]; // scores, then exp(s - m)
+	__shared__ float rmax[FLASH_TQ], alpha[FLASH_TQ];
+	__shared__ double rsum[FLASH_TQ];
+	__shared__ int shi;
+	int i0 = blockIdx.x * FLASH_TQ, h = blockIdx.y, b = blockIdx.z;
+	int g = h / (nh / nkv);
+	i64 w = (i64)(nh + 2 * nkv) * hs;
+	const int* mrow = mask ? mask + (i64)b * t : 0;
+	int first = first_real(mrow, t, &shi);
+	const float* xb = qkv + (i64)b * t * w;
+	int nq = imin(FLASH_TQ, t - i0);
+	for (int e = threadIdx.x; e < FLASH_TQ * hs; e += blockDim.x) {
+		int r = e / hs, d = e % hs;
+		qs[e] = r < nq ? xb[(i64)(i0 + r) * w + (i64)h * hs + d] * scale : 0.0f;
+		acc[e] = 0.0f;
+	}
+	if (threadIdx.x < FLASH_TQ) {
+		rmax[threadIdx.x] = -INF_F;
+		rsum[threadIdx.x] = 0.0;
+	}
+	int nk = i0 < first ? t : i0 + nq;
+	for (int j0 = 0; j0 < nk; j0 += FLASH_TK) {
+		int nj = imin(FLASH_TK, nk - j0);
+		__syncthreads(); // the previous tile's readers of kv and pt are done
+		for (int e = threadIdx.x; e < FLASH_TK * hs; e += blockDim.x) {
+			int c = e / hs, d = e % hs;
+			kv[e] = c < nj ? xb[(i64)(j0 + c) * w + (i64)(nh + g) * hs + d] : 0.0f;
+		}
+		__syncthreads();
+		for (int x = threadIdx.x; x < FLASH_TQ * FLASH_TK; x += blockDim.x) {
+			int r = x / FLASH_TK, c = x % FLASH_TK, i = i0 + r, j = j0 + c;
+			float s = -INF_F;
+			if (r < nq && c < nj && flash_sees(i, j, first, mrow)) {
+				s = 0.0f;
+				if (i >= first) {
+					for (int d = 0; d < hs; d++) s = s + qs[r * hs + d] * kv[c * hs + d];
+				}
+			}
+			pt[r][c] = s;
+		}
+		__syncthreads();
+		if (threadIdx.x < FLASH_TQ) {
+			int r = threadIdx.x;
+			float mo = rmax[r], mn = mo;
+			for (int c = 0; c < FLASH_TK; c++) mn = fmaxf(mn, pt[r][c]);
+			float al = 1.0f;
+			if (mn == -INF_F) { // nothing seen yet
+				for (int c = 0; c < FLASH_TK; c++) pt[r][c] = 0.0f;
+			} else {
+				al = mo == -INF_F ? 0.0f : expf(mo - mn);
+				double sum = 0.0;
+				for (int c = 0; c < FLASH_TK; c++) {
+					float s = pt[r][c];
+					float e = s == -INF_F ? 0.0f : expf(s - mn);
+					pt[r][c] = e;
+					sum += (double)e;
+				}
+				rsum[r] = rsum[r] * (double)al + sum;
+				rmax[r] = mn;
+			}
+			alpha[r] = al;
+		}
+		__syncthreads(); // the key tile's readers are done
+		for (int e = threadIdx.x; e < FLASH_TK * hs; e += blockDim.x) {
+			int c = e / hs, d = e % hs;
+			kv[e] = c < nj ? xb[(i64)(j0 + c) * w + (i64)(nh + nkv + g) * hs + d] : 0.0f;
+		}
+		__syncthreads();
+		for (int e = threadIdx.x; e < FLASH_TQ * hs; e += blockDim.x) {
+			int r = e / hs, d = e % hs;
+			float a = acc[e] * alpha[r];
+			for (int c = 0; c < FLASH_TK; c++) a = a + pt[r][c] * kv[c * hs + d];
+			acc[e] = a;
+		}
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
+		int r = e / hs, d = e % hs;
+		out[((i64)b * t + i0 + r) * ((i64)nh * hs) + (i64)h * hs + d] = acc[e] * (float)(1.0 / rsum[r]);
+	}
+	if ((int)threadIdx.x < nq) {
+		int r = threadIdx.x;
+		lse[((i64)b * nh + h) * t + i0 + r] = (float)((double)rmax[r] + log(rsum[r]));
+	}
+}
+
+// Backward, queries: one block per (query tile, head h, batch row b), two
+// sweeps over the key tiles 0..the tile's last position. The first sums
+// D_i = Σ_j p_ij·(dout_i·v_j) (double; written to dsum[B,NH,T] for the
+// dK/dV kernel), the second dq_i = Σ_j p_ij·(dout_i·v_j - D_i)·scale·k_j.
+// A fully masked query gets dq = 0 and D = 0. Overwrites the q part of
+// dqkv.
+extern "C" __global__ void k_flash_bwd_dq(float* dqkv, float* dsum, const float* dout, const float* qkv, const float* lse,
+		const int* mask, int t, int nh, int nkv, int hs, float scale) {
+	__shared__ float qs[FLASH_TQ * MAX_HS];  // scaled queries
+	__shared__ float dys[FLASH_TQ * MAX_HS]; // their output gradients
+	__shared__ float ks[FLASH_TK * MAX_HS];
+	__shared__ float vs[FLASH_TK * MAX_HS];
+	__shared__ float dq[FLASH_TQ * MAX_HS];
+	__shared__ float pt[FLASH_TQ][FLASH_TK]; // p, then ds
+	__shared__ float dpt[FLASH_TQ][FLASH_TK];
+	__shared__ float ls[FLASH_TQ], dl[FLASH_TQ];
+	__shared__ double dacc[FLASH_TQ];
+	__shared__ int shi;
+	int i0 = blockIdx.x * FLASH_TQ, h = blockIdx.y, b = blockIdx.z;
+	int g = h / (nh / nkv);
+	i64 w = (i64)(nh + 2 * nkv) * hs, cq = (i64)nh * hs;
+	const int* mrow = mask ? mask + (i64)b * t : 0;
+	int first = first_real(mrow, t, &shi);
+	const float* xb = qkv + (i64)b * t * w;
+	int nq = imin(FLASH_TQ, t - i0);
+	for (int e = threadIdx.x; e < FLASH_TQ * hs; e += blockDim.x) {
+		int r = e / hs, d = e % hs;
+		qs[e] = r < nq ? xb[(i64)(i0 + r) * w + (i64)h * hs + d] * scale : 0.0f;
+		dys[e] = r < nq ? dout[((i64)b * t + i0 + r) * cq + (i64)h * hs + d] : 0.0f;
+		dq[e] = 0.0f;
+	}
+	if (threadIdx.x < FLASH_TQ) {
+		int r = threadIdx.x;
+		ls[r] = r < nq ? lse[((i64)b * nh + h) * t + i0 + r] : 0.0f;
+		dl[r] = 0.0f;
+		dacc[r] = 0.0;
+	}
+	int nk = i0 + nq;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int j0 = 0; j0 < nk; j0 += FLASH_TK) {
+			int nj = imin(FLASH_TK, nk - j0);
+			__syncthreads();
+			for (int e = threadIdx.x; e < FLASH_TK * hs; e += blockDim.x) {
+				int c = e / hs, d = e % hs;
+				const float* row = xb + (i64)(j0 + c) * w;
+				ks[e] = c < nj ? row[(i64)(nh + g) * hs + d] : 0.0f;
+				vs[e] = c < nj ? row[(i64)(nh + nkv + g) * hs + d] : 0.0f;
+			}
+			__syncthreads();
+			for (int x = threadIdx.x; x < FLASH_TQ * FLASH_TK; x += blockDim.x) {
+				int r = x / FLASH_TK, c = x % FLASH_TK, i = i0 + r, j = j0 + c;
+				float p = 0.0f, dp = 0.0f;
+				if (r < nq && c < nj && i >= first && flash_sees(i, j, first, mrow)) {
+					float s = 0.0f;
+					for (int d = 0; d < hs; d++) s = s + qs[r * hs + d] * ks[c * hs + d];
+					p = expf(s - ls[r]);
+					for (int d = 0; d < hs; d++) dp = dp + dys[r * hs + d] * vs[c * hs + d];
+				}
+				pt[r][c] = pass == 0 ? p : p * (dp - dl[r]) * scale;
+				dpt[r][c] = dp;
+			}
+			__syncthreads();
+			if (pass == 0) {
+				if (threadIdx.x < FLASH_TQ) {
+					int r = threadIdx.x;
+					for (int c = 0; c < FLASH_TK; c++) dacc[r] += (double)pt[r][c] * (double)dpt[r][c];
+				}
+			} else {
+				for (int e = threadIdx.x; e < FLASH_TQ * hs; e += blockDim.x) {
+					int r = e / hs, d = e % hs;
+					float a = dq[e];
+					for (int c = 0; c < FLASH_TK; c++) a = a + pt[r][c] * ks[c * hs + d];
+					dq[e] = a;
+				}
+			}
+		}
+		__syncthreads();
+		if (pass == 0 && threadIdx.x < FLASH_TQ) {
+			int r = threadIdx.x;
+			dl[r] = (float)dacc[r];
+			if (r < nq) dsum[((i64)b * nh + h) * t + i0 + r] = dl[r];
+		}
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
+		int r = e / hs, d = e % hs;
+		dqkv[((i64)b * t + i0 + r) * w + (i64)h * hs + d] = dq[e];
+	}
+}
+
+// Backward, keys and values: one block per (key tile, KV head g, batch
+// row b), over the NH/NKV query heads of the group and the query tiles
+// that see the key tile (queries at or after its first key, and the fully
+// masked ones): dv_j = Σ_i p_ij·dout_i, dk_j = Σ_i ds_ij·q_i with ds_ij =
+// p_ij·(dout_i·v_j - D_i)·scale (0 for a fully masked query, whose p_ij is
+// exp(-lse_i) = 1/T at every key). Overwrites the k and v parts of dqkv.
+extern "C" __global__ void k_flash_bwd_dkdv(float* dqkv, const float* dout, const float* qkv, const float* lse,
+		const float* dsum, const int* mask, int t, int nh, int nkv, int hs, float scale) {
+	__shared__ float ks[FLASH_TK * MAX_HS];
+	__shared__ float vs[FLASH_TK * MAX_HS];
+	__shared__ float dk[FLASH_TK * MAX_HS];
+	__shared__ float dv[FLASH_TK * MAX_HS];
+	__shared__ float qs[FLASH_TQB * MAX_HS];  // queries (unscaled)
+	__shared__ float dys[FLASH_TQB * MAX_HS]; // their output gradients
+	__shared__ float pt[FLASH_TQB][FLASH_TK], dst[FLASH_TQB][FLASH_TK];
+	__shared__ float ls[FLASH_TQB], dl[FLASH_TQB];
+	__shared__ int shi;
+	int j0 = blockIdx.x * FLASH_TK, g = blockIdx.y, b = blockIdx.z;
+	int rep = nh / nkv;
+	i64 w = (i64)(nh + 2 * nkv) * hs, cq = (i64)nh * hs;
+	const int* mrow = mask ? mask + (i64)b * t : 0;
+	int first = first_real(mrow, t, &shi);
+	const float* xb = qkv + (i64)b * t * w;
+	int nj = imin(FLASH_TK, t - j0);
+	for (int e = threadIdx.x; e < FLASH_TK * hs; e += blockDim.x) {
+		int c = e / hs, d = e % hs;
+		const float* row = xb + (i64)(j0 + c) * w;
+		ks[e] = c < nj ? row[(i64)(nh + g) * hs + d] : 0.0f;
+		vs[e] = c < nj ? row[(i64)(nh + nkv + g) * hs + d] : 0.0f;
+		dk[e] = 0.0f;
+		dv[e] = 0.0f;
+	}
+	for (int h = g * rep; h < (g + 1) * rep; h++) {
+		for (int i0 = 0; i0 < t; i0 += FLASH_TQB) {
+			int nq = imin(FLASH_TQB, t - i0);
+			if (i0 + nq - 1 < j0 && i0 >= first) continue; // no query of the tile sees these keys
+			__syncthreads();
+			for (int e = threadIdx.x; e < FLASH_TQB * hs; e += blockDim.x) {
+				int r = e / hs, d = e % hs;
+				qs[e] = r < nq ? xb[(i64)(i0 + r) * w + (i64)h * hs + d] : 0.0f;
+				dys[e] = r < nq ? dout[((i64)b * t + i0 + r) * cq + (i64)h * hs + d] : 0.0f;
+			}
+			if (threadIdx.x < FLASH_TQB) {
+				int r = threadIdx.x;
+				ls[r] = r < nq ? lse[((i64)b * nh + h) * t + i0 + r] : 0.0f;
+				dl[r] = r < nq ? dsum[((i64)b * nh + h) * t + i0 + r] : 0.0f;
+			}
+			__syncthreads();
+			for (int x = threadIdx.x; x < FLASH_TQB * FLASH_TK; x += blockDim.x) {
+				int r = x / FLASH_TK, c = x % FLASH_TK, i = i0 + r, j = j0 + c;
+				float p = 0.0f, ds = 0.0f;
+				if (r < nq && c < nj && flash_sees(i, j, first, mrow)) {
+					if (i < first) {
+						p = expf(0.0f - ls[r]);
+					} else {
+						float s = 0.0f, dp = 0.0f;
+						for (int d = 0; d < hs; d++) s = s + (qs[r * hs + d] * scale) * ks[c * hs + d];
+						p = expf(s - ls[r]);
+						for (int d = 0; d < hs; d++) dp = dp + dys[r * hs + d] * vs[c * hs + d];
+						ds = p * (dp - dl[r]) * scale;
+					}
+				}
+				pt[r][c] = p;
+				dst[r][c] = ds;
+			}
+			__syncthreads();
+			for (int e = threadIdx.x; e < FLASH_TK * hs; e += blockDim.x) {
+				int c = e / hs, d = e % hs;
+				float a = dv[e], k2 = dk[e];
+				for (int r = 0; r < FLASH_TQB; r++) {
+					a = a + pt[r][c] * dys[r * hs + d];
+					k2 = k2 + dst[r][c] * qs[r * hs + d];
+				}
+				dv[e] = a;
+				dk[e] = k2;
+			}
+		}
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < nj * hs; e += blockDim.x) {
+		int c = e / hs, d = e % hs;
+		float* row = dqkv + ((i64)b * t + j0 + c) * w;
+		row[(i64)(nh + g) * hs + d] = dk[e];
+		row[(i64)(nh + nkv + g) * hs + d] = dv[e];
+	}
+}
+
 // Writes the key and value heads of qkv[B,tn,W] into the caches at
 // positions t0..: element (b, g, pos, d) of a cache is at b·c_bstride +
 // g·c_hstride + pos·c_pstride + d.

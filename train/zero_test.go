@@ -280,9 +280,12 @@ func TestZeROResume(t *testing.T) {
 // (--only-optimize-lora), ZeRO-3 partitions the frozen base too, as
 // DeepSpeed does: each rank holds a third of it between passes (the
 // parameter bytes Run reports), the passes gather it layer by layer, and
-// stages 0-3 on 3 ranks give one process's adapters (fp32, 1e-5
-// relative) and leave the base as it was. A checkpoint every step saves
-// each rank's ranges of the base.
+// stages 0-3 on 3 ranks give one process's adapters (fp32, 3e-5
+// relative: the reductions only change the summation order, but 14 AdamW
+// steps amplify it on adapters whose gradients nearly cancel; 5.4e-6 with
+// the composed attention kernels, 1.4e-5 with the flash kernels, whose
+// backward recomputes the probabilities) and leave the base as it was. A
+// checkpoint every step saves each rank's ranges of the base.
 func TestZeROOnlyLoRA(t *testing.T) {
 	cfg := Config{TrainSize: 13, MicroBatch: 2, Epochs: 2, Schedule: "linear", Warmup: 1,
 		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, SaveEvery: 1, Fingerprint: "zero-lora"}
@@ -340,7 +343,7 @@ func TestZeROOnlyLoRA(t *testing.T) {
 	for stage := zero.Stage(0); stage <= 3; stage++ {
 		got := run(3, stage, 1)
 		held[stage] = got.paramBytes
-		if d := maxRelDiff(got.adapters, want.adapters); d > 1e-5 {
+		if d := maxRelDiff(got.adapters, want.adapters); d > 3e-5 {
 			t.Errorf("ZeRO-%d: adapters differ from one process by %.3g relative", stage, d)
 		}
 		if !slices.Equal(got.base, base) {

@@ -7,6 +7,7 @@
 #
 #   CGO_ENABLED=0 go build -ldflags="-s -w" -o bin/gochat ./cmd/gochat
 #   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o bin/cuda.test ./kernels/cuda
+#   CGO_ENABLED=0 go test -c -ldflags="-s -w" -o bin/nccl.test ./dist/nccl
 #
 # (stripped: about 44 + 6 MB, under the run tool's 64 MiB for carried
 # paths; unstripped gochat alone is 60 MB. A gzip'ed bin/gochat.gz or
@@ -32,6 +33,14 @@
 #              the LLaMA goldens) with GOCHAT_CUDA_REQUIRE=1 (no skipping)
 #   cpu-parity ops the backend promises bit for bit equal to kernels/cpu
 #   oom        an allocation past the GPU's memory fails with the numbers
+#   nccl-1rank a one-rank NCCL communicator on cuda:0 (the real libnccl,
+#              found as gochat finds it) passes disttest.Conformance (every
+#              collective, F32/BF16/I32, views, every root), NCCL's in-place
+#              reduce-scatter and all-gather, Barrier and Close
+#   nccl-mpi   with mpirun and two or more GPUs: mpirun -np <GPUs> ranks,
+#              each on cuda:LOCAL_RANK, NCCL bootstrapped over MPI, the same
+#              suite on every rank (NCCL refuses two ranks on one GPU, so
+#              with one GPU, or without mpirun, it is skipped and says why)
 #   gemm       cuBLAS through the backend, 4096³ fp32 and bf16, TFLOP/s,
 #              next to torch.matmul on the same GPU
 #   hf-opt,    the demo recipe (--arch opt, --arch llama) through steps 1-3
@@ -65,6 +74,12 @@ for b in gochat cuda.test; do
 done
 
 section() { echo; echo "=== $1"; }
+
+nccltest=$root/bin/nccl.test
+if [ ! -x "$nccltest" ] && [ -f bin/nccl.test.gz ]; then
+  mkdir -p "$out/bin" && gzip -dc bin/nccl.test.gz >"$out/bin/nccl.test" && chmod +x "$out/bin/nccl.test"
+  nccltest=$out/bin/nccl.test
+fi
 
 # 1. What is there.
 section "gochat env"
@@ -127,6 +142,50 @@ grep -E 'cuda|FAIL|ok' "$out/parity.txt" | head -n 20
 section "out of memory"
 runtest oom "$out/oom.txt" -test.v -test.run '^TestGPUOutOfMemory$'
 grep -E 'out of memory|FAIL|PASS' "$out/oom.txt" | head -n 5
+
+cd "$root/dist/nccl"
+section "NCCL: one rank on cuda:0"
+if [ ! -x "$nccltest" ]; then
+  record nccl-1rank FAIL "bin/nccl.test is missing; build it where Go is (see the top of $0)"
+else
+  t0=$(date +%s)
+  GOCHAT_CUDA_REQUIRE=1 "$nccltest" -test.timeout 10m -test.v -test.run '^TestGPUOneRank$' >"$out/nccl-1rank.txt" 2>&1
+  rc=$?
+  lib=$(grep -m1 -o 'rank 0 of 1 on .*' "$out/nccl-1rank.txt" | sed 's/^rank 0 of 1 on //')
+  if [ $rc -eq 0 ] && grep -q -- '--- PASS: TestGPUOneRank' "$out/nccl-1rank.txt"; then
+    record nccl-1rank PASS "conformance, in-place, barrier, close ($(( $(date +%s) - t0 ))s): $lib"
+  else
+    record nccl-1rank FAIL "$( (grep -m3 -E -- '--- FAIL|_test.go:[0-9]+:|panic' "$out/nccl-1rank.txt" || tail -n 2 "$out/nccl-1rank.txt") | tr '\n' ' ' | cut -c1-300)"
+  fi
+  grep -E 'gpu_test.go|--- (PASS|FAIL|SKIP)' "$out/nccl-1rank.txt" | head -n 20
+fi
+
+section "NCCL over MPI: one rank a GPU"
+ngpu=$(grep -c '^GPU [0-9]*:' "$out/env.txt")
+if [ ! -x "$nccltest" ]; then
+  record nccl-mpi FAIL "bin/nccl.test is missing"
+elif ! command -v mpirun >/dev/null; then
+  record nccl-mpi skip "no mpirun on this machine (apt-get install openmpi-bin); the NCCL job was not run"
+elif [ "$ngpu" -lt 2 ]; then
+  record nccl-mpi skip "$ngpu GPU: NCCL needs one GPU a rank, so a multi-rank job needs two or more"
+else
+  np=$(( ngpu > 8 ? 8 : ngpu ))
+  flags=""
+  mpirun --version 2>&1 | grep -q -E 'Open MPI|OpenRTE' && flags="--allow-run-as-root --oversubscribe --bind-to none"
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout 600 mpirun $flags -np "$np" env GOCHAT_NCCL_MPI_WORKER=1 GOCHAT_CUDA_REQUIRE=1 \
+    "$nccltest" -test.timeout 8m -test.v -test.run '^TestGPUMPIWorker$' >"$out/nccl-mpi.txt" 2>&1
+  rc=$?
+  passed=$(grep -c -- '--- PASS: TestGPUMPIWorker' "$out/nccl-mpi.txt")
+  if [ $rc -eq 0 ] && [ "$passed" -eq "$np" ]; then
+    record nccl-mpi PASS "mpirun -np $np: $passed ranks passed conformance over NCCL ($(( $(date +%s) - t0 ))s)"
+  else
+    record nccl-mpi FAIL "mpirun -np $np: rc $rc, $passed of $np ranks passed; $( (grep -m2 -E -- '_test.go:[0-9]+:|nccl rank' "$out/nccl-mpi.txt" || tail -n 2 "$out/nccl-mpi.txt") | tr '\n' ' ' | cut -c1-240)"
+  fi
+  grep -E 'gpu_test.go|--- (PASS|FAIL)' "$out/nccl-mpi.txt" | head -n 20
+fi
+cd "$root/kernels/cuda"
 
 section "GEMM 4096^3"
 "$cudatest" -test.run '^$' -test.bench '^BenchmarkGemm$' -test.benchtime 20x >"$out/gemm.txt" 2>&1

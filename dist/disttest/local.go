@@ -142,13 +142,11 @@ func (c *comm) exchange(op string, b kernels.Buffer, f func(bufs []kernels.Buffe
 }
 
 // sum reads bufs[r].Slice(off, n) of every rank and returns their sum in
-// rank order (float64).
+// rank order (float64; I32 sums are exact below 2^24).
 func (c *comm) sum(bufs []kernels.Buffer, off, n int) []float64 {
 	acc := make([]float64, n)
-	h := make([]float32, n)
 	for _, b := range bufs {
-		c.dev.ReadF32(h, b.Slice(off, n))
-		for i, v := range h {
+		for i, v := range read(c.dev, b.Slice(off, n)) {
 			acc[i] += float64(v)
 		}
 	}
@@ -192,7 +190,7 @@ func (c *comm) reduce(op string, in kernels.Buffer, off int, out kernels.Buffer)
 	if err != nil {
 		return err
 	}
-	c.dev.WriteF32(out, res)
+	write(c.dev, out, res)
 	return c.g.barrier()
 }
 

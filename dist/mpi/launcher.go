@@ -18,6 +18,10 @@ type Launch struct {
 	// LocalSize is the number of ranks on this node, -1 where the
 	// launcher announced none: they share the node's memory.
 	LocalSize int
+	// LocalRank is this process's index among the ranks on its node
+	// (0 to LocalSize-1), -1 where the launcher announced none: with one
+	// GPU per rank it picks the GPU.
+	LocalRank int
 	// OpenMPI is true for Open MPI's launcher (its ranks must load Open
 	// MPI), false for the PMI/Hydra family (MPICH and its ABI: Intel MPI,
 	// MVAPICH).
@@ -30,13 +34,13 @@ func (l Launch) Launched() bool { return l.By != "" }
 // launchers lists the variables MPI launchers put in every rank's
 // environment, Open MPI's first.
 var launchers = []struct {
-	name, sizeVar, rankVar, localVar string
-	openMPI                          bool
+	name, sizeVar, rankVar, localVar, localRankVar string
+	openMPI                                        bool
 }{
-	{"Open MPI's mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", true},
-	{"a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2)", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS", false},
-	{"MVAPICH's launcher", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", false},
-	{"a PMIx launcher", "PMIX_SIZE", "PMIX_RANK", "PMIX_LOCAL_SIZE", false},
+	{"Open MPI's mpirun", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true},
+	{"a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2)", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS", "MPI_LOCALRANKID", false},
+	{"MVAPICH's launcher", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_RANK", false},
+	{"a PMIx launcher", "PMIX_SIZE", "PMIX_RANK", "PMIX_LOCAL_SIZE", "PMIX_LOCAL_RANK", false},
 }
 
 // DetectLaunch reads the environment of this process; see Launch.
@@ -54,9 +58,9 @@ func detectLaunch(getenv func(string) string) Launch {
 			v = l.rankVar
 		}
 		return Launch{By: l.name + " (" + v + ")", Size: atoiOr(size, -1), Rank: atoiOr(rank, -1),
-			LocalSize: atoiOr(getenv(l.localVar), -1), OpenMPI: l.openMPI}
+			LocalSize: atoiOr(getenv(l.localVar), -1), LocalRank: atoiOr(getenv(l.localRankVar), -1), OpenMPI: l.openMPI}
 	}
-	return Launch{Size: -1, Rank: -1, LocalSize: -1}
+	return Launch{Size: -1, Rank: -1, LocalSize: -1, LocalRank: -1}
 }
 
 func atoiOr(s string, def int) int {

@@ -101,6 +101,7 @@ type handles struct {
 	float        uintptr // MPI_FLOAT
 	int32        uintptr // MPI_INT32_T
 	uint16       uintptr // MPI_UINT16_T
+	byte         uintptr // MPI_BYTE
 	sum          uintptr // MPI_SUM
 	errorsReturn uintptr // MPI_ERRORS_RETURN
 	inPlace      uintptr // MPI_IN_PLACE
@@ -114,6 +115,7 @@ var mpichHandles = handles{
 	float:        0x4c00040a,  // #define MPI_FLOAT ((MPI_Datatype)0x4c00040a)
 	int32:        0x4c000439,  // #define MPI_INT32_T ((MPI_Datatype)0x4c000439)
 	uint16:       0x4c00023c,  // #define MPI_UINT16_T ((MPI_Datatype)0x4c00023c)
+	byte:         0x4c00010d,  // #define MPI_BYTE ((MPI_Datatype)0x4c00010d)
 	sum:          0x58000003,  // #define MPI_SUM (MPI_Op)(0x58000003)
 	errorsReturn: 0x54000001,  // #define MPI_ERRORS_RETURN ((MPI_Errhandler)0x54000001)
 	inPlace:      ^uintptr(0), // #define MPI_IN_PLACE (void *) -1
@@ -131,6 +133,7 @@ var openMPIGlobals = []struct {
 	{"ompi_mpi_float", func(h *handles) *uintptr { return &h.float }},
 	{"ompi_mpi_int32_t", func(h *handles) *uintptr { return &h.int32 }},
 	{"ompi_mpi_uint16_t", func(h *handles) *uintptr { return &h.uint16 }},
+	{"ompi_mpi_byte", func(h *handles) *uintptr { return &h.byte }},
 	{"ompi_mpi_op_sum", func(h *handles) *uintptr { return &h.sum }},
 	{"ompi_mpi_errors_return", func(h *handles) *uintptr { return &h.errorsReturn }},
 }

@@ -731,3 +731,56 @@ func (c *Comm) Barrier() error {
 	}
 	return nil
 }
+
+// BroadcastBytes copies root's b into every rank's b (host memory, the
+// same length on every rank), as MPI_BYTE: for setup data such as NCCL's
+// unique id.
+func (c *Comm) BroadcastBytes(b []byte, root int) error {
+	if root < 0 || root >= c.size {
+		return c.errorf("broadcast of %d bytes from rank %d in a group of %d", len(b), root, c.size)
+	}
+	if len(b) > 1<<30 {
+		return c.errorf("broadcast of %d bytes: at most 1 GiB", len(b))
+	}
+	if err := c.begin(); err != nil {
+		return c.errorf("broadcast: %w", err)
+	}
+	defer c.mu.Unlock()
+	if len(b) == 0 {
+		return nil
+	}
+	if err := c.onThread(func() error {
+		return c.check("MPI_Bcast", call(c.lib.bcast, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), c.lib.h.byte, uintptr(root), c.lib.h.commWorld))
+	}); err != nil {
+		return c.errorf("broadcast of %d bytes from rank %d: %w", len(b), root, err)
+	}
+	return nil
+}
+
+// AllGatherBytes concatenates every rank's in (host memory, n bytes, the
+// same n on every rank) into out (Size·n bytes), rank order: for setup
+// data such as each rank's result of a step every rank must agree on.
+func (c *Comm) AllGatherBytes(out, in []byte) error {
+	n := len(in)
+	if len(out) != c.size*n {
+		return c.errorf("all-gather of %d bytes into %d on %d ranks", n, len(out), c.size)
+	}
+	if int64(c.size)*int64(n) > 1<<30 {
+		return c.errorf("all-gather of %d bytes a rank: at most 1 GiB in all", n)
+	}
+	if err := c.begin(); err != nil {
+		return c.errorf("all-gather: %w", err)
+	}
+	defer c.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	if err := c.onThread(func() error {
+		counts, displs := c.setCounts(n, n)
+		return c.check("MPI_Allgatherv", call(c.lib.allgatherv, uintptr(unsafe.Pointer(&in[0])), uintptr(n), c.lib.h.byte,
+			uintptr(unsafe.Pointer(&out[0])), counts, displs, c.lib.h.byte, c.lib.h.commWorld))
+	}); err != nil {
+		return c.errorf("all-gather of %d bytes a rank: %w", n, err)
+	}
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gochat-ai/gochat/dist/disttest"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 )
@@ -169,6 +170,8 @@ func TestMPIWorker(t *testing.T) {
 	if err := c.Barrier(); err != nil {
 		t.Error(err)
 	}
+	checkBytes(t, c)
+	t.Run("disttest", func(t *testing.T) { disttest.Conformance(t, c, dev) })
 	// Mistakes are errors naming the rank, before any MPI call (every rank
 	// makes the same one, so none waits for the others).
 	in, out := must(dev.Alloc(kernels.F32, 4)), must(dev.Alloc(kernels.F32, 4*c.Size()+1))
@@ -308,6 +311,46 @@ func checkBroadcast(t *testing.T, c *Comm, dev kernels.Device, dt kernels.DType,
 	compare(t, fmt.Sprintf("broadcast of %d from rank %d", n, root), read(dev, b), input(dt, root, n, 4))
 }
 
+// checkBytes checks the host-byte collectives of the setup of other
+// communicators (dist/nccl's unique id): a broadcast from each rank and an
+// all-gather of lengths from none to beyond a page.
+func checkBytes(t *testing.T, c *Comm) {
+	t.Helper()
+	fill := func(r, n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r*131 + i*7 + n)
+		}
+		return b
+	}
+	for _, n := range []int{0, 1, 128, 5000} {
+		for root := range c.Size() {
+			b := fill(c.Rank(), n)
+			if err := c.BroadcastBytes(b, root); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, fill(root, n)) {
+				t.Errorf("broadcast of %d bytes from rank %d: wrong bytes", n, root)
+			}
+		}
+		out := make([]byte, c.Size()*n)
+		if err := c.AllGatherBytes(out, fill(c.Rank(), n)); err != nil {
+			t.Fatal(err)
+		}
+		for r := range c.Size() {
+			if !bytes.Equal(out[r*n:(r+1)*n], fill(r, n)) {
+				t.Errorf("all-gather of %d bytes: rank %d's are wrong", n, r)
+			}
+		}
+	}
+	if err := c.AllGatherBytes(make([]byte, 3), make([]byte, 2)); err == nil {
+		t.Error("all-gather into the wrong length accepted")
+	}
+	if err := c.BroadcastBytes(make([]byte, 2), -1); err == nil {
+		t.Error("byte broadcast from rank -1 accepted")
+	}
+}
+
 func TestClosedComm(t *testing.T) {
 	// A Comm that never reached MPI refuses collectives once closed.
 	c := &Comm{closed: true}
@@ -316,6 +359,9 @@ func TestClosedComm(t *testing.T) {
 	}
 	if err := c.Barrier(); !errors.Is(err, ErrClosed) {
 		t.Errorf("barrier on a closed Comm: %v", err)
+	}
+	if err := c.AllGatherBytes(nil, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("byte all-gather on a closed Comm: %v", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("Close twice: %v", err)

@@ -28,17 +28,19 @@ func TestDetectLaunch(t *testing.T) {
 		env  map[string]string
 		want Launch
 	}{
-		{"not launched", nil, Launch{Size: -1, Rank: -1, LocalSize: -1}},
-		{"open mpi", map[string]string{"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
-			Launch{By: "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)", Size: 3, Rank: 2, LocalSize: 2, OpenMPI: true}},
-		{"hydra", map[string]string{"PMI_SIZE": "2", "PMI_RANK": "0", "MPI_LOCALNRANKS": "2"},
-			Launch{By: "a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2) (PMI_SIZE)", Size: 2, Rank: 0, LocalSize: 2}},
+		{"not launched", nil, Launch{Size: -1, Rank: -1, LocalSize: -1, LocalRank: -1}},
+		{"open mpi", map[string]string{"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+			Launch{By: "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)", Size: 3, Rank: 2, LocalSize: 2, LocalRank: 1, OpenMPI: true}},
+		{"hydra", map[string]string{"PMI_SIZE": "2", "PMI_RANK": "0", "MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "0"},
+			Launch{By: "a PMI launcher (MPICH's mpiexec, Intel MPI, srun --mpi=pmi2) (PMI_SIZE)", Size: 2, Rank: 0, LocalSize: 2, LocalRank: 0}},
+		{"mvapich", map[string]string{"MV2_COMM_WORLD_SIZE": "4", "MV2_COMM_WORLD_RANK": "3", "MV2_COMM_WORLD_LOCAL_SIZE": "2", "MV2_COMM_WORLD_LOCAL_RANK": "1"},
+			Launch{By: "MVAPICH's launcher (MV2_COMM_WORLD_SIZE)", Size: 4, Rank: 3, LocalSize: 2, LocalRank: 1}},
 		{"rank only", map[string]string{"PMIX_RANK": "1"},
-			Launch{By: "a PMIx launcher (PMIX_RANK)", Size: -1, Rank: 1, LocalSize: -1}},
+			Launch{By: "a PMIx launcher (PMIX_RANK)", Size: -1, Rank: 1, LocalSize: -1, LocalRank: -1}},
 		{"garbage size", map[string]string{"MV2_COMM_WORLD_SIZE": "two"},
-			Launch{By: "MVAPICH's launcher (MV2_COMM_WORLD_SIZE)", Size: -1, Rank: -1, LocalSize: -1}},
+			Launch{By: "MVAPICH's launcher (MV2_COMM_WORLD_SIZE)", Size: -1, Rank: -1, LocalSize: -1, LocalRank: -1}},
 		{"open mpi wins", map[string]string{"PMI_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
-			Launch{By: "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)", Size: 2, Rank: -1, LocalSize: -1, OpenMPI: true}},
+			Launch{By: "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)", Size: 2, Rank: -1, LocalSize: -1, LocalRank: -1, OpenMPI: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

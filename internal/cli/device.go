@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gochat-ai/gochat/dist/mpi"
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/kernels/cuda"
@@ -38,6 +39,7 @@ func flashAttention(g *Globals) bool {
 type deviceSpec struct {
 	kind    string // "auto", "cpu" or "cuda"
 	ordinal int
+	named   bool // cuda:N named the GPU
 }
 
 // parseDevice parses --device: auto, cpu, cuda, cuda:N ("" is auto).
@@ -52,7 +54,7 @@ func parseDevice(s string) (deviceSpec, error) {
 	}
 	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
 		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
-			return deviceSpec{kind: "cuda", ordinal: n}, nil
+			return deviceSpec{kind: "cuda", ordinal: n, named: true}, nil
 		}
 	}
 	return deviceSpec{}, usageErrorf("--device %q: want auto, cpu, cuda or cuda:N", s)
@@ -81,29 +83,58 @@ func openCUDA(g *Globals, ordinal int) (kernels.Device, error) {
 	return d, nil
 }
 
+// localGPU returns the GPU a rank takes when --device does not name one:
+// under an MPI launcher that announced this process's local rank, the GPU
+// of that index (one GPU a rank, as DeepSpeed's launcher gives
+// LOCAL_RANK its GPU), else GPU 0. why says which, for errors and logs
+// ("" for GPU 0 of a single process).
+func localGPU(spec deviceSpec, l mpi.Launch) (ordinal int, why string) {
+	if spec.named || !l.Launched() || l.LocalRank < 0 {
+		return spec.ordinal, ""
+	}
+	local := "?"
+	if l.LocalSize >= 0 {
+		local = strconv.Itoa(l.LocalSize)
+	}
+	return l.LocalRank, fmt.Sprintf("local rank %d of %s on this node", l.LocalRank, local)
+}
+
 // newDevice returns the compute device --device asks for: the CPU, GPU N,
-// or (auto) GPU 0 when one is usable and the CPU otherwise, logging which
-// and why. --device cuda on a machine without a usable GPU fails with what
-// is missing (a library, every path tried; the driver; the GPU).
+// or (auto) a GPU when one is usable and the CPU otherwise, logging which
+// and why. Under an MPI launcher, cuda and auto take the GPU of the
+// process's local rank (localGPU). --device cuda on a machine without a
+// usable GPU fails with what is missing (a library, every path tried; the
+// driver; the GPU), and a rank whose GPU does not exist says so.
 func newDevice(g *Globals) (kernels.Device, error) {
 	spec, err := parseDevice(g.Device)
 	if err != nil {
 		return nil, err
 	}
+	ordinal, why := localGPU(spec, mpi.DetectLaunch())
 	switch spec.kind {
 	case "cpu":
 		return newCPU(g)
 	case "cuda":
-		d, err := openGPU(g, spec.ordinal)
+		d, err := openGPU(g, ordinal)
 		if err != nil {
+			if why != "" {
+				return nil, fmt.Errorf("--device %s: %s takes cuda:%d: %w (one GPU a rank: start at most as many ranks a node as it has GPUs)", g.Device, why, ordinal, err)
+			}
 			return nil, fmt.Errorf("--device %s: %w (gochat env shows what was found)", g.Device, err)
 		}
-		g.Log.Info().Str("device", d.Name()).Msg("device: " + d.Name())
+		if why != "" {
+			g.Log.Info().Str("device", d.Name()).Msgf("device: %s (%s)", d.Name(), why)
+		} else {
+			g.Log.Info().Str("device", d.Name()).Msg("device: " + d.Name())
+		}
 		return d, nil
 	}
-	d, err := openGPU(g, 0)
+	d, err := openGPU(g, ordinal)
 	if err == nil {
-		g.Log.Info().Str("device", d.Name()).Msgf("device: %s (auto: a usable GPU; --device cpu to change)", d.Name())
+		if why != "" {
+			why = "; " + why
+		}
+		g.Log.Info().Str("device", d.Name()).Msgf("device: %s (auto: a usable GPU%s; --device cpu to change)", d.Name(), why)
 		return d, nil
 	}
 	c, cerr := newCPU(g)

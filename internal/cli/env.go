@@ -119,10 +119,14 @@ func writeCUDAReport(w *errWriter, r *cuda.Report) {
 		}
 		w.printf("kernels:  compiled by NVRTC into %s\n", orNone(r.CacheDir))
 	}
-	if r.NCCLErr != nil {
-		w.printf("NCCL:     not found (%v)\n", r.NCCLErr)
-	} else {
-		w.printf("NCCL:     %s (%s; gochat does not use it yet)\n", r.NCCLPath, orNone(r.NCCLVersion))
+	multi := "mpirun -np N gochat ... with one GPU a rank"
+	switch {
+	case r.NCCLErr != nil:
+		w.printf("NCCL:     not found (%v); %s would reduce over MPI through host memory\n", r.NCCLErr, multi)
+	case len(r.GPUs) == 0:
+		w.printf("NCCL:     %s (%s); unused here: no GPU\n", r.NCCLPath, orNone(r.NCCLVersion))
+	default:
+		w.printf("NCCL:     %s (%s); %s uses it (--dist auto; %d GPU(s) here)\n", r.NCCLPath, orNone(r.NCCLVersion), multi, len(r.GPUs))
 	}
 }
 

@@ -4,13 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gochat-ai/gochat/dist"
 	"github.com/gochat-ai/gochat/dist/mpi"
+	"github.com/gochat-ai/gochat/dist/nccl"
 	"github.com/gochat-ai/gochat/kernels"
+	"github.com/gochat-ai/gochat/kernels/cuda"
 )
+
+// A GPU of kernels/cuda is a device NCCL runs on.
+var _ nccl.Device = (*cuda.Device)(nil)
 
 // group is the set of ranks a training command runs on: this process alone
 // outside an MPI launcher, every rank of the job under mpirun -np N.
@@ -19,10 +27,11 @@ type group struct {
 	log  zerolog.Logger // the rank's logger (see joinRanks)
 }
 
-// joinRanks constructs the communicator this process was launched into
-// (mpi.FromEnv: dist.Single outside mpirun, so single-process runs do not
-// load MPI). On ranks other than 0 it narrows g.Log to warnings and errors
-// tagged with the rank: rank 0 reports the run.
+// joinRanks constructs the communicator this process was launched into:
+// dist.Single outside mpirun (single-process runs load neither MPI nor
+// NCCL), else the MPI job, and over it NCCL when every rank is on a GPU
+// (useNCCL; --dist decides). On ranks other than 0 it narrows g.Log to
+// warnings and errors tagged with the rank: rank 0 reports the run.
 func joinRanks(g *Globals, dev kernels.Device) (*group, error) {
 	c, err := mpi.FromEnv(dev)
 	if err != nil {
@@ -35,7 +44,89 @@ func joinRanks(g *Globals, dev kernels.Device) (*group, error) {
 		}
 		g.Log = g.Log.Level(lvl).With().Int("rank", c.Rank()).Logger()
 	}
+	if m, ok := c.(*mpi.Comm); ok && m.Size() > 1 {
+		if c, err = overMPI(g, dev, m); err != nil {
+			return nil, err
+		}
+	}
 	return &group{comm: c, log: g.Log}, nil
+}
+
+// overMPI returns the communicator a multi-rank job trains with: NCCL
+// over the MPI job m when useNCCL says so, else m. Errors every rank
+// shares close MPI (every rank returns the same error); a rank's own
+// failure to build the NCCL communicator aborts the job, since the other
+// ranks may be waiting for it.
+func overMPI(g *Globals, dev kernels.Device, m *mpi.Comm) (dist.Comm, error) {
+	gpu, onGPU := dev.(nccl.Device)
+	use, err := useNCCL(g.Dist, onGPU, m)
+	if err != nil {
+		_ = m.Close()
+		return nil, err
+	}
+	if !use {
+		g.Log.Info().Int("ranks", m.Size()).Msgf("ranks: %d over MPI (%s)", m.Size(), m.Library())
+		return m, nil
+	}
+	n, err := nccl.New(gpu, m, nccl.Options{Libs: cuda.NCCLCandidates(cuda.SearchEnvFrom(os.Getenv))})
+	var se *nccl.SetupError
+	switch {
+	case err == nil:
+		g.Log.Info().Int("ranks", n.Size()).Msgf("ranks: %d over NCCL %s, bootstrapped over MPI (%s)", n.Size(), n.Library(), m.Library())
+		return n, nil
+	case errors.As(err, &se) && se.AllRanks && g.Dist != "nccl":
+		g.Log.Warn().Err(err).Msgf("ranks: %d over MPI through host memory (slower than NCCL; --dist nccl makes this an error)", m.Size())
+		return m, nil
+	case errors.As(err, &se) && se.AllRanks:
+		_ = m.Close()
+		return nil, fmt.Errorf("--dist nccl: %w", err)
+	}
+	g.Log.Error().Err(err).Msg("NCCL setup failed on this rank; aborting the job")
+	m.Abort(exitError)
+	return nil, err // not reached
+}
+
+// useNCCL decides, the same on every rank, whether a multi-rank job uses
+// NCCL: the ranks tell each other whether their device is a GPU NCCL can
+// use (onGPU), and decideNCCL rules on what every rank sees.
+func useNCCL(mode string, onGPU bool, m *mpi.Comm) (bool, error) {
+	mine := []byte{0}
+	if onGPU {
+		mine[0] = 1
+	}
+	all := make([]byte, m.Size())
+	if err := m.AllGatherBytes(all, mine); err != nil {
+		return false, err
+	}
+	gpus := make([]bool, len(all))
+	for r, b := range all {
+		gpus[r] = b == 1
+	}
+	return decideNCCL(mode, gpus)
+}
+
+// decideNCCL is --dist's rule over which ranks are on a GPU: auto takes
+// NCCL when all are, MPI when none is, and refuses a mix (ranks on GPUs
+// and on the CPU: fewer GPUs than ranks, or --device auto falling back on
+// some); nccl needs every rank on a GPU; mpi never uses NCCL.
+func decideNCCL(mode string, onGPU []bool) (bool, error) {
+	var cpus []string
+	for r, gpu := range onGPU {
+		if !gpu {
+			cpus = append(cpus, strconv.Itoa(r))
+		}
+	}
+	switch {
+	case mode == "mpi":
+		return false, nil
+	case len(cpus) == 0:
+		return true, nil
+	case mode == "nccl":
+		return false, usageErrorf("--dist nccl: ranks %s are not on a GPU", strings.Join(cpus, ", "))
+	case len(cpus) < len(onGPU):
+		return false, fmt.Errorf("ranks %s are on the CPU and the others on GPUs: give every rank a GPU (at most as many ranks a node as it has GPUs) or run all on the CPU (--device cpu)", strings.Join(cpus, ", "))
+	}
+	return false, nil
 }
 
 // writer reports whether this rank writes the run's files (rank 0).
@@ -64,7 +155,7 @@ func (gr *group) finish(err error) error {
 		}
 	}
 	if cerr := cl.Close(); cerr != nil && err == nil {
-		return fmt.Errorf("finalize MPI: %w", cerr)
+		return fmt.Errorf("close the ranks' communicator: %w", cerr)
 	}
 	return err
 }

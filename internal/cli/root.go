@@ -63,6 +63,9 @@ type Globals struct {
 	Stop <-chan struct{}
 	// Device is --device: auto, cpu, cuda or cuda:N (newDevice).
 	Device string
+	// Dist is --dist: which communicator a multi-rank job uses (auto:
+	// NCCL when every rank is on a GPU, else MPI; mpi; nccl).
+	Dist string
 	// OpenGPU opens GPU N for newDevice (nil: kernels/cuda; tests fake it).
 	OpenGPU  func(g *Globals, ordinal int) (kernels.Device, error)
 	stopProf func()
@@ -133,6 +136,11 @@ func newRootCmd(g *Globals) *cobra.Command {
 			if _, err := parseDevice(g.Device); err != nil {
 				return err
 			}
+			switch g.Dist {
+			case "", "auto", "mpi", "nccl":
+			default:
+				return usageErrorf("--dist %q: want auto, mpi or nccl", g.Dist)
+			}
 			if g.CPUProf != "" {
 				f, err := os.Create(g.CPUProf)
 				if err != nil {
@@ -157,6 +165,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 	pf.StringVar(&g.LogFmt, "log-format", "auto", "log format: console, json, or auto (console on a terminal, else json)")
 	pf.IntVar(&g.Threads, "threads", 0, "CPU threads for kernels (0 = all cores)")
 	pf.StringVar(&g.Device, "device", "auto", "compute device: auto (a GPU when one is usable, else the CPU), cpu, cuda or cuda:N")
+	pf.StringVar(&g.Dist, "dist", "auto", "communicator of a multi-rank job (mpirun -np N): auto (NCCL when every rank is on a GPU, else MPI), mpi or nccl")
 	pf.StringVar(&g.CPUProf, "cpuprofile", "", "write a Go CPU profile to this file")
 
 	root.AddCommand(

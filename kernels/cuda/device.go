@@ -87,15 +87,16 @@ type Options struct {
 // Device is the CUDA backend on one GPU. It implements kernels.Device. It
 // is not safe for concurrent use.
 type Device struct {
-	g     gpu
-	name  string
-	cc    int // compute capability, 10·major + minor
-	alloc *cachingAllocator
-	live  int64 // bytes of live buffers (as asked, not rounded)
-	peak  int64
-	limit int64
-	roots map[*Buffer]struct{}
-	err   error // the first deferred error
+	g       gpu
+	ordinal int
+	name    string
+	cc      int // compute capability, 10·major + minor
+	alloc   *cachingAllocator
+	live    int64 // bytes of live buffers (as asked, not rounded)
+	peak    int64
+	limit   int64
+	roots   map[*Buffer]struct{}
+	err     error // the first deferred error
 }
 
 var (
@@ -135,7 +136,13 @@ func New(opts Options) (*Device, error) {
 	name := make([]byte, 256)
 	call(l.drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(g.dev))
 	full := fmt.Sprintf("cuda:%d (%s, sm_%d)", opts.Ordinal, cStringBytes(name), g.cc)
-	return newDevice(g, full, g.cc, opts.MemLimit)
+	d, err := newDevice(g, full, g.cc, opts.MemLimit)
+	if err != nil {
+		_ = g.close()
+		return nil, err
+	}
+	d.ordinal = opts.Ordinal
+	return d, nil
 }
 
 // newDevice wraps a gpu (the driver's, or the tests' fake).
@@ -161,6 +168,42 @@ func (d *Device) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// Ordinal is the GPU's index as the driver counts them: N of cuda:N.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// OnStream runs f on an OS thread where the device's (primary) context is
+// current, with the handle of the stream every op of the device is queued
+// on (a CUstream, which is also a cudaStream_t), so that another CUDA
+// library (NCCL) queues its work in order with the device's: after the
+// ops before it and before the ops after it. f must not keep the handle
+// past Close.
+func (d *Device) OnStream(f func(stream uintptr) error) error { return d.g.onStream(f) }
+
+// StreamDone reports whether the work queued on the stream has finished
+// (cuStreamQuery), without waiting as Sync does; its error is the first
+// error since the device was made, as Sync's.
+func (d *Device) StreamDone() (bool, error) {
+	done, err := d.g.query()
+	d.fail(err)
+	if d.err != nil {
+		return true, d.err
+	}
+	return done, nil
+}
+
+// Addr returns the device address of b's first element (for another CUDA
+// library, such as NCCL), or an error when b is not this device's memory.
+func (d *Device) Addr(b kernels.Buffer) (uintptr, error) {
+	cb, ok := b.(*Buffer)
+	if !ok {
+		return 0, fmt.Errorf("cuda: a %T is not device memory", b)
+	}
+	if cb.dev != d {
+		return 0, fmt.Errorf("cuda: a buffer of %s, not of %s", cb.dev.name, d.name)
+	}
+	return cb.ptr, nil
 }
 
 // Trim returns the allocator's cached blocks to the device (the hybrid

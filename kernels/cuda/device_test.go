@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -301,5 +302,36 @@ func TestToBF16MatchesReference(t *testing.T) {
 		if got != want {
 			t.Fatalf("toBF16(%#x) = %#x, want %#x", b, got, want)
 		}
+	}
+}
+
+func TestStreamAndAddr(t *testing.T) {
+	d, g := newFakeDevice(t, 1<<20)
+	b := upload(t, d, kernels.F32, []float32{1, 2, 3, 4})
+	p, err := d.Addr(b)
+	if err != nil || !g.inside(p) {
+		t.Fatalf("Addr: %#x, %v", p, err)
+	}
+	// A view's address is the buffer's plus its offset in bytes.
+	if q, err := d.Addr(b.Slice(2, 2)); err != nil || q != p+8 {
+		t.Errorf("Addr of a view: %#x, want %#x (%v)", q, p+8, err)
+	}
+	other, _ := newFakeDevice(t, 1<<20)
+	if _, err := other.Addr(b); err == nil || !strings.Contains(err.Error(), "not of") {
+		t.Errorf("Addr of another device's buffer: %v", err)
+	}
+	if _, err := d.Addr(nil); err == nil {
+		t.Error("Addr of a non-CUDA buffer accepted")
+	}
+	var got uintptr
+	if err := d.OnStream(func(s uintptr) error { got = s; return nil }); err != nil || got != fakeStream {
+		t.Errorf("OnStream gave %#x, %v", got, err)
+	}
+	if done, err := d.StreamDone(); !done || err != nil {
+		t.Errorf("StreamDone: %v %v", done, err)
+	}
+	d.fail(errors.New("a kernel fault"))
+	if _, err := d.StreamDone(); err == nil {
+		t.Error("StreamDone after a deferred error: no error")
 	}
 }

@@ -21,18 +21,24 @@ import (
 // environments (site-packages/nvidia/*/lib, which holds nvidia-cublas-cu12,
 // nvidia-cuda-nvrtc-cu12 and the CUDA 13 wheels' nvidia/cu13/lib, and
 // torch/lib), then the system's library folders. A stub libcuda (the
-// toolkit's lib64/stubs, which only fails) is never picked.
+// toolkit's lib64/stubs, which only fails) is never picked. NCCL is looked
+// for where the toolkit is (the pip wheel nvidia-nccl-cu12 puts it in
+// site-packages/nvidia/nccl/lib), unless GOCHAT_NCCL_LIB names it.
 
 // Environment variables read by discovery.
 const (
 	// EnvLibDir overrides the search of the toolkit libraries: a list of
 	// folders (separated by ':') searched alone.
 	EnvLibDir = "GOCHAT_CUDA_LIB_DIR"
+	// EnvNCCLLib overrides the search of NCCL: a path (or soname) tried
+	// alone.
+	EnvNCCLLib = "GOCHAT_NCCL_LIB"
 )
 
 // SearchEnv is the part of the environment discovery reads.
 type SearchEnv struct {
 	LibDir        string // GOCHAT_CUDA_LIB_DIR
+	NCCLLib       string // GOCHAT_NCCL_LIB
 	CUDAHome      string // CUDA_HOME
 	CUDAPath      string // CUDA_PATH
 	LDLibraryPath string // LD_LIBRARY_PATH
@@ -46,6 +52,7 @@ type SearchEnv struct {
 func SearchEnvFrom(getenv func(string) string) SearchEnv {
 	return SearchEnv{
 		LibDir:        getenv(EnvLibDir),
+		NCCLLib:       getenv(EnvNCCLLib),
 		CUDAHome:      getenv("CUDA_HOME"),
 		CUDAPath:      getenv("CUDA_PATH"),
 		LDLibraryPath: getenv("LD_LIBRARY_PATH"),
@@ -180,6 +187,9 @@ func toolkitDirs(env SearchEnv, fs globber) []string {
 // folder), then the bare sonames for the dynamic loader's own search.
 // The driver is looked for by soname first and never in a stubs folder.
 func candidates(k libKind, env SearchEnv, fs globber) []string {
+	if k == libNCCL && env.NCCLLib != "" {
+		return []string{env.NCCLLib}
+	}
 	var out []string
 	if k == libDriver {
 		out = append(out, k.bareSonames()...)
@@ -209,6 +219,13 @@ func candidates(k libKind, env SearchEnv, fs globber) []string {
 	}
 	return dedup(out)
 }
+
+// NCCLCandidates returns the NCCL libraries to try, in order, for env
+// (SearchEnvFrom(os.Getenv)): GOCHAT_NCCL_LIB alone when set, else every
+// libnccl.so* in the toolkit folders (the pip wheels' nvidia/nccl/lib
+// among them), then libnccl.so.2 through the dynamic loader. dist/nccl
+// loads the first that works; gochat env reports the same one.
+func NCCLCandidates(env SearchEnv) []string { return candidates(libNCCL, env, osGlobber{}) }
 
 // inDir returns the candidates of k in the folder dir only (the builtins
 // of a chosen NVRTC, the cuBLASLt beside a cuBLAS), newest first.

@@ -273,3 +273,49 @@ func TestOpenDriverErrorNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestNCCLCandidates(t *testing.T) {
+	// The pip wheel nvidia-nccl-cu12 (torch's dependency) beside CUDA_HOME's
+	// copy: the toolkit folders come first, then the wheels, then the
+	// loader's own search.
+	fs := newFakeFS(
+		"/cuda/lib64/libnccl.so.2.18.1",
+		"/cuda/lib64/libnccl.so.2",
+		"/usr/local/lib/python3.10/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+		"/usr/local/lib/python3.10/dist-packages/nvidia/nccl/lib/libnccl-net.so",
+	)
+	got := candidates(libNCCL, SearchEnv{CUDAHome: "/cuda"}, fs)
+	want := []string{
+		"/cuda/lib64/libnccl.so.2.18.1", "/cuda/lib64/libnccl.so.2",
+		"/usr/local/lib/python3.10/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+		"libnccl.so.2",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// GOCHAT_NCCL_LIB alone.
+	if got := candidates(libNCCL, SearchEnv{CUDAHome: "/cuda", NCCLLib: "/my/libnccl.so.2"}, fs); !slices.Equal(got, []string{"/my/libnccl.so.2"}) {
+		t.Errorf("with the override: %v", got)
+	}
+	if env := SearchEnvFrom(envMap{EnvNCCLLib: "/x.so"}.get); env.NCCLLib != "/x.so" {
+		t.Errorf("SearchEnvFrom: %+v", env)
+	}
+	// probeNCCL says why nothing loaded (a library that loads is called,
+	// which needs the real one).
+	_, _, err := probeNCCL(&fakeDL{}, []string{"/my/libnccl.so.2"})
+	if err == nil || !strings.Contains(err.Error(), "/my/libnccl.so.2: cannot open") || !strings.Contains(err.Error(), EnvNCCLLib) {
+		t.Errorf("probe of nothing: %v", err)
+	}
+}
+
+type envMap map[string]string
+
+func (m envMap) get(k string) string { return m[k] }
+
+func TestNCCLVersionString(t *testing.T) {
+	for code, want := range map[int]string{2804: "2.8.4", 21805: "2.18.5", 22703: "2.27.3", 30001: "3.0.1"} {
+		if got := ncclVersionString(code); got != want {
+			t.Errorf("ncclVersionString(%d) = %s, want %s", code, got, want)
+		}
+	}
+}

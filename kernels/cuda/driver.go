@@ -25,6 +25,12 @@ type gpu interface {
 	launch(k kernel, grid, block dim3, args []kernelArg) error
 	gemm(g gemmCall) error
 	sync() error
+	// query reports whether the stream's work has finished, without
+	// waiting.
+	query() (done bool, err error)
+	// onStream runs f with the context current on the calling OS thread
+	// (locked to it for the call) and the stream's handle.
+	onStream(f func(stream uintptr) error) error
 	close() error
 }
 
@@ -270,6 +276,26 @@ func (g *driverGPU) sync() error {
 	}
 	defer g.leave()
 	return cuErr("cuStreamSynchronize", call(g.l.drv.cuStreamSynchronize, g.stream))
+}
+
+func (g *driverGPU) query() (bool, error) {
+	if err := g.enter(); err != nil {
+		return false, err
+	}
+	defer g.leave()
+	code := call(g.l.drv.cuStreamQuery, g.stream)
+	if code == cudaErrorNotReady {
+		return false, nil
+	}
+	return true, cuErr("cuStreamQuery", code)
+}
+
+func (g *driverGPU) onStream(f func(stream uintptr) error) error {
+	if err := g.enter(); err != nil {
+		return err
+	}
+	defer g.leave()
+	return f(g.stream)
 }
 
 // loadModule compiles (or takes from the disk cache) the kernels and loads

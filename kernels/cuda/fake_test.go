@@ -113,8 +113,14 @@ func (g *fakeGPU) memsetZero(dst uintptr, n int) error {
 	return nil
 }
 
-func (g *fakeGPU) sync() error  { return nil }
-func (g *fakeGPU) close() error { return nil }
+func (g *fakeGPU) sync() error { return nil }
+
+// fakeStream is the stream handle the fake hands to OnStream.
+const fakeStream = 0x5712ea
+
+func (g *fakeGPU) query() (bool, error)                        { return true, nil }
+func (g *fakeGPU) onStream(f func(stream uintptr) error) error { return f(fakeStream) }
+func (g *fakeGPU) close() error                                { return nil }
 
 func (g *fakeGPU) launch(k kernel, grid, block dim3, args []kernelArg) error {
 	name := kernelNames[k]

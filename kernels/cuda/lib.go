@@ -50,7 +50,7 @@ type driverAPI struct {
 	cuInit, cuDriverGetVersion, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName uintptr
 	cuDeviceTotalMem, cuDeviceGetAttribute                                     uintptr
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent       uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize                       uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery        uintptr
 	cuMemAlloc, cuMemFree, cuMemGetInfo                                        uintptr
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync, cuMemsetD8Async   uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel      uintptr
@@ -75,6 +75,7 @@ func (d *driverAPI) symbols() []symbol {
 		{"cuStreamCreate", &d.cuStreamCreate, false},
 		{"cuStreamDestroy_v2", &d.cuStreamDestroy, false},
 		{"cuStreamSynchronize", &d.cuStreamSynchronize, false},
+		{"cuStreamQuery", &d.cuStreamQuery, false},
 		{"cuMemAlloc_v2", &d.cuMemAlloc, false},
 		{"cuMemFree_v2", &d.cuMemFree, false},
 		{"cuMemGetInfo_v2", &d.cuMemGetInfo, false},

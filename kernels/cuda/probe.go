@@ -117,11 +117,10 @@ func probe(dl dlopener, env SearchEnv, fs globber) *Report {
 	return r
 }
 
-// probeNCCL loads NCCL (for reporting: gochat does not use it yet) and
-// asks its version (ncclGetVersion: major·10000 + minor·100 + patch since
-// NCCL 2.9).
+// probeNCCL loads NCCL as dist/nccl would (the first candidate that
+// exports ncclGetVersion) and asks its version.
 func probeNCCL(dl dlopener, cands []string) (path, version string, err error) {
-	le := &LoadError{Lib: "libnccl", Hint: "pip install nvidia-nccl-cu12 (torch brings it), or set " + EnvLibDir}
+	le := &LoadError{Lib: "libnccl", Hint: "pip install nvidia-nccl-cu12 (torch brings it), or set " + EnvNCCLLib + " to its path"}
 	for _, p := range cands {
 		h, err := dl.open(p)
 		if err == nil {
@@ -129,7 +128,7 @@ func probeNCCL(dl dlopener, cands []string) (path, version string, err error) {
 			if fn, err = dl.sym(h, "ncclGetVersion"); err == nil {
 				var v int32
 				if call(fn, uintptr(unsafe.Pointer(&v))) == 0 {
-					version = fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+					version = ncclVersionString(int(v))
 				}
 				return p, version, nil
 			}
@@ -138,6 +137,16 @@ func probeNCCL(dl dlopener, cands []string) (path, version string, err error) {
 		le.Errs = append(le.Errs, err)
 	}
 	return "", "", le
+}
+
+// ncclVersionString decodes ncclGetVersion's code: NCCL_VERSION(X,Y,Z) of
+// nccl.h is X·1000 + Y·100 + Z up to 2.8 and X·10000 + Y·100 + Z since
+// 2.9.
+func ncclVersionString(code int) string {
+	if code < 10000 {
+		return fmt.Sprintf("%d.%d.%d", code/1000, code%1000/100, code%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", code/10000, code%10000/100, code%100)
 }
 
 // cublasVersionString asks cuBLASLt for its version (cuBLAS's own needs a

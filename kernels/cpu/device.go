@@ -329,3 +329,8 @@ func (d *Device) Decommit(b kernels.Buffer) {
 	d.Zero(b.Slice(0, head/es))
 	d.Zero(b.Slice(n-tail/es, tail/es))
 }
+
+// Commit implements kernels.Decommitter: nothing to do, the operating
+// system commits a decommitted page on its first write (and a read before
+// that sees zeros, as the contract wants).
+func (d *Device) Commit(b kernels.Buffer) error { return nil }

@@ -81,9 +81,20 @@ func OffloadFrozen(host kernels.Device, m FrozenModel, dev kernels.Device) (*Fro
 }
 
 // Saves reports whether the device returns released weights' memory.
-func (f *FrozenOffload) Saves() bool {
-	_, ok := f.dev.(kernels.Decommitter)
-	return ok
+func (f *FrozenOffload) Saves() bool { return ReturnsMemory(f.dev) }
+
+// ReturnsMemory reports whether dev gives decommitted memory back
+// (kernels.Decommitter; a device that can say it does not, such as
+// kernels/cuda without the driver's virtual memory management or
+// kernels/cpu on page-locked memory, only zeroes).
+func ReturnsMemory(dev kernels.Device) bool {
+	if _, ok := dev.(kernels.Decommitter); !ok {
+		return false
+	}
+	if r, ok := dev.(interface{ DecommitReturnsMemory() bool }); ok {
+		return r.DecommitReturnsMemory()
+	}
+	return true
 }
 
 // HostBytes is the host memory the weights take.
@@ -99,7 +110,7 @@ func (f *FrozenOffload) parts(part int) []int {
 }
 
 func (f *FrozenOffload) release(u int) {
-	if _, ok := f.dev.(kernels.Decommitter); !ok {
+	if !f.Saves() {
 		return // the memory stays: zeroing it would only cost time
 	}
 	o, n := f.units[u][0], f.units[u][1]

@@ -32,6 +32,8 @@
 #              the LLaMA goldens) with GOCHAT_CUDA_REQUIRE=1 (no skipping)
 #   cpu-parity ops the backend promises bit for bit equal to kernels/cpu
 #   oom        an allocation past the GPU's memory fails with the numbers
+#   decommit   a ZeRO-3-style Decommit/Commit cycle returns device memory
+#              (cuMemGetInfo before/after) through the driver's VMM
 #   gemm       cuBLAS through the backend, 4096³ fp32 and bf16, TFLOP/s,
 #              next to torch.matmul on the same GPU
 #   hf-opt,    the demo recipe (--arch opt, --arch llama) through steps 1-3
@@ -127,6 +129,10 @@ grep -E 'cuda|FAIL|ok' "$out/parity.txt" | head -n 20
 section "out of memory"
 runtest oom "$out/oom.txt" -test.v -test.run '^TestGPUOutOfMemory$'
 grep -E 'out of memory|FAIL|PASS' "$out/oom.txt" | head -n 5
+
+section "decommit / commit (ZeRO-2/3, frozen-model offload)"
+runtest decommit "$out/decommit.txt" -test.v -test.run '^TestGPUDecommitReturnsMemory$'
+grep -E 'granularity|FAIL|PASS|virtual memory' "$out/decommit.txt" | head -n 5
 
 section "GEMM 4096^3"
 "$cudatest" -test.run '^$' -test.bench '^BenchmarkGemm$' -test.benchtime 20x >"$out/gemm.txt" 2>&1

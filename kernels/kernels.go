@@ -138,13 +138,30 @@ func byteSize(b int64) string {
 
 // Decommitter is an optional Device capability for memory that is used in
 // turns (ZeRO-3 parameters gathered for one layer at a time, ZeRO-2
-// gradients kept only in a rank's shard): Decommit zeroes b, a view of a
-// live buffer, and returns the memory of the whole pages inside it to the
-// system. The buffer stays allocated; a later write commits its pages
-// again, and reads before that see zeros. Without the capability, callers
-// zero the view and the memory stays committed.
+// gradients kept only in a rank's shard, a frozen model's weights brought
+// to the device one layer at a time): Decommit zeroes b, a view of a live
+// buffer, and returns the memory inside it to the system, as far as the
+// device's unit of memory allows (kernels/cpu: the whole pages inside b;
+// kernels/cuda: the whole chunks of the driver's allocation granularity,
+// 2 MiB typically, of a buffer large enough to have them); the edges it
+// cannot return are only zeroed. The buffer stays allocated, its views
+// valid and its address unchanged.
+//
+// Commit makes b resident again before anything reads or writes it:
+// memory of b that had been decommitted is committed and reads as zeros,
+// memory that was resident keeps its values (committing resident memory
+// does nothing). Its error is an *OutOfMemoryError when the device has
+// not the memory (wrap it naming what was committed). A device with demand
+// paging (kernels/cpu) commits a page on its first write and reads zeros
+// before that, so its Commit does nothing; a GPU has no demand paging and
+// faults on memory that is not committed, so every code path that
+// decommits must Commit before the memory is used again, reads included.
+// Decommit and Commit are ordered with the device's queued work as its
+// ops are. Without the capability, callers zero the view and the memory
+// stays committed.
 type Decommitter interface {
 	Decommit(b Buffer)
+	Commit(b Buffer) error
 }
 
 // HostCopier is an optional Device capability for ZeRO-Offload: raw copies

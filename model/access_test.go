@@ -4,7 +4,7 @@ import "testing"
 
 type nopHook struct{}
 
-func (nopHook) Acquire(int) error       { return nil }
+func (nopHook) Acquire(int, bool) error { return nil }
 func (nopHook) Release(int, bool) error { return nil }
 
 // TestAccessors checks that the accessor methods read and write the

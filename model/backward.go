@@ -52,7 +52,7 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 		gr = &Params{VHead: gr.VHead, Layers: make([]LayerParams, c.NumLayers)}
 	}
 
-	if err := m.acquire(-1); err != nil {
+	if err := m.acquire(-1, true); err != nil {
 		return err
 	}
 	// Head, reversed: value head and lm_head into dy.
@@ -84,7 +84,7 @@ func (m *Model) Backward(a *Acts, g Grad) error {
 	f.finalBackward(m, a, gr)
 
 	for l := c.NumLayers - 1; l >= 0; l-- {
-		if err := m.acquire(l); err != nil {
+		if err := m.acquire(l, true); err != nil {
 			return err
 		}
 		if a.opts.Checkpoint {

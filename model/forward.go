@@ -102,13 +102,13 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 			return err
 		}
 	}
-	if err := m.acquire(-1); err != nil {
+	if err := m.acquire(-1, false); err != nil {
 		return err
 	}
 
 	f.embed(m, a)
 	for l := range c.NumLayers {
-		if err := m.acquire(l); err != nil {
+		if err := m.acquire(l, false); err != nil {
 			return err
 		}
 		f.layerForward(m, a, l)
@@ -134,11 +134,11 @@ func (m *Model) Forward(a *Acts, in Batch) error {
 }
 
 // acquire and release call the ParamHook, if any.
-func (m *Model) acquire(part int) error {
+func (m *Model) acquire(part int, backward bool) error {
 	if m.Hook == nil {
 		return nil
 	}
-	if err := m.Hook.Acquire(part); err != nil {
+	if err := m.Hook.Acquire(part, backward); err != nil {
 		return fmt.Errorf("model: weights of %s: %w", partName(part), err)
 	}
 	return nil

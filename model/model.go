@@ -69,16 +69,19 @@ type Model struct {
 // is every weight outside the layers (embeddings, projections, the final
 // LayerNorm, lm_head, the value head).
 //
-// Forward calls Acquire(−1), then Acquire(l) and Release(l, false) around
-// each layer, then Release(−1, false). Backward does the same in reverse
-// with backward = true: after Release(p, true) part p's gradients hold
-// everything this pass adds to them. Every pass makes the same calls in
+// Forward calls Acquire(−1, false), then Acquire(l, false) and Release(l,
+// false) around each layer, then Release(−1, false). Backward does the same
+// in reverse with backward = true: between Acquire(p, true) and Release(p,
+// true) the pass reads and accumulates into part p's gradients, and writes
+// them nowhere else (a hook that released gradient memory makes it
+// resident again in Acquire); after Release(p, true) part p's gradients
+// hold everything this pass adds to them. Every pass makes the same calls in
 // the same order, whatever the batch, so ranks that shard weights call
 // their collectives in step. Decode (and so Generate) calls no hook: a
 // caller acquires every part first. An error from the hook ends the pass
 // with it.
 type ParamHook interface {
-	Acquire(part int) error
+	Acquire(part int, backward bool) error
 	Release(part int, backward bool) error
 }
 

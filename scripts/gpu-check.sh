@@ -33,6 +33,8 @@
 #              the LLaMA goldens) with GOCHAT_CUDA_REQUIRE=1 (no skipping)
 #   cpu-parity ops the backend promises bit for bit equal to kernels/cpu
 #   oom        an allocation past the GPU's memory fails with the numbers
+#   decommit   a ZeRO-3-style Decommit/Commit cycle returns device memory
+#              (cuMemGetInfo before/after) through the driver's VMM
 #   nccl-1rank a one-rank NCCL communicator on cuda:0 (the real libnccl,
 #              found as gochat finds it) passes disttest.Conformance (every
 #              collective, F32/BF16/I32, views, every root), NCCL's in-place
@@ -143,6 +145,9 @@ section "out of memory"
 runtest oom "$out/oom.txt" -test.v -test.run '^TestGPUOutOfMemory$'
 grep -E 'out of memory|FAIL|PASS' "$out/oom.txt" | head -n 5
 
+section "decommit / commit (ZeRO-2/3, frozen-model offload)"
+runtest decommit "$out/decommit.txt" -test.v -test.run '^TestGPUDecommitReturnsMemory$'
+grep -E 'granularity|FAIL|PASS|virtual memory' "$out/decommit.txt" | head -n 5
 cd "$root/dist/nccl"
 section "NCCL: one rank on cuda:0"
 if [ ! -x "$nccltest" ]; then

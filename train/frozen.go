@@ -81,9 +81,20 @@ func OffloadFrozen(host kernels.Device, m FrozenModel, dev kernels.Device) (*Fro
 }
 
 // Saves reports whether the device returns released weights' memory.
-func (f *FrozenOffload) Saves() bool {
-	_, ok := f.dev.(kernels.Decommitter)
-	return ok
+func (f *FrozenOffload) Saves() bool { return ReturnsMemory(f.dev) }
+
+// ReturnsMemory reports whether dev gives decommitted memory back
+// (kernels.Decommitter; a device that can say it does not, such as
+// kernels/cuda without the driver's virtual memory management or
+// kernels/cpu on page-locked memory, only zeroes).
+func ReturnsMemory(dev kernels.Device) bool {
+	if _, ok := dev.(kernels.Decommitter); !ok {
+		return false
+	}
+	if r, ok := dev.(interface{ DecommitReturnsMemory() bool }); ok {
+		return r.DecommitReturnsMemory()
+	}
+	return true
 }
 
 // HostBytes is the host memory the weights take.
@@ -99,21 +110,33 @@ func (f *FrozenOffload) parts(part int) []int {
 }
 
 func (f *FrozenOffload) release(u int) {
-	if _, ok := f.dev.(kernels.Decommitter); !ok {
+	if !f.Saves() {
 		return // the memory stays: zeroing it would only cost time
 	}
 	o, n := f.units[u][0], f.units[u][1]
 	zero.Decommit(f.dev, f.m.Parameters().Flat.Slice(o, n))
 }
 
-// Acquire implements model.ParamHook: the part's weights are copied to the
-// device (queued before the pass's work on them).
-func (f *FrozenOffload) Acquire(part int) error {
-	flat := f.m.Parameters().Flat
+// Acquire implements model.ParamHook: the part's weights are committed
+// and copied to the device (queued before the pass's work on them).
+func (f *FrozenOffload) Acquire(part int, _ bool) error {
 	for _, u := range f.parts(part) {
-		o, n := f.units[u][0], f.units[u][1]
-		f.cp.CopyFromHost(flat.Slice(o, n), f.mem.Bytes(f.hbuf.Slice(o, n)))
+		if err := f.bring(u); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// bring commits unit u's memory on the device and copies its weights
+// there.
+func (f *FrozenOffload) bring(u int) error {
+	o, n := f.units[u][0], f.units[u][1]
+	dst := f.m.Parameters().Flat.Slice(o, n)
+	if err := zero.Commit(f.dev, dst); err != nil {
+		return fmt.Errorf("train: offload: weights of unit %d (elements %d to %d): %w", u, o, o+n, err)
+	}
+	f.cp.CopyFromHost(dst, f.mem.Bytes(f.hbuf.Slice(o, n)))
 	return nil
 }
 
@@ -127,14 +150,20 @@ func (f *FrozenOffload) Release(part int, _ bool) error {
 }
 
 // Free brings the weights back to the device, unhooks the model and
-// releases the host copy.
+// releases the host copy. When the device has not the memory for them
+// all, it returns the error and leaves the offload as it was (the model
+// still hooked, the host copy kept).
 func (f *FrozenOffload) Free() error {
 	if f.hbuf == nil {
 		return nil
 	}
 	for u := range f.units {
-		o, n := f.units[u][0], f.units[u][1]
-		f.cp.CopyFromHost(f.m.Parameters().Flat.Slice(o, n), f.mem.Bytes(f.hbuf.Slice(o, n)))
+		if err := f.bring(u); err != nil {
+			for v := range u {
+				f.release(v)
+			}
+			return err
+		}
 	}
 	err := f.dev.Sync()
 	f.m.SetParamHook(nil)

@@ -170,12 +170,19 @@ func newSharded(dev kernels.Device, comm dist.Comm, stage zero.Stage, tr Trainab
 			f.flat.Model.SetParamHook(&zeroHook{so: so, f: f})
 		}
 	}
-	if stage.PartitionsParams() {
-		for _, f := range so.flats {
-			if f.hooked {
-				for u := range f.x.Layout().Units {
-					f.x.Release(f.flat.Params, u)
-				}
+	// Only the owned ranges stay resident between passes: the gradients
+	// (stage ≥ 2; the passes commit a part's before its backward) and at
+	// stage 3 the parameters (gathered part by part).
+	for _, f := range so.flats {
+		if !f.hooked {
+			continue
+		}
+		for u := range f.x.Layout().Units {
+			if !f.frozen() {
+				f.x.Release(f.flat.Grads, u)
+			}
+			if stage.PartitionsParams() {
+				f.x.Release(f.flat.Params, u)
 			}
 		}
 	}
@@ -289,7 +296,7 @@ func (so *shardedOptimizer) idle(passes ...bool) error {
 		h := f.flat.Model.ParamHook()
 		L := len(f.x.Layout().Units) - 2
 		for _, backward := range passes {
-			if err := h.Acquire(-1); err != nil {
+			if err := h.Acquire(-1, backward); err != nil {
 				return err
 			}
 			for i := range L {
@@ -297,7 +304,7 @@ func (so *shardedOptimizer) idle(passes ...bool) error {
 				if backward {
 					l = L - 1 - i
 				}
-				if err := h.Acquire(l); err != nil {
+				if err := h.Acquire(l, backward); err != nil {
 					return err
 				}
 				if err := h.Release(l, backward); err != nil {
@@ -326,15 +333,21 @@ func (h *zeroHook) units(part int) []int {
 	return []int{0, len(h.f.x.Layout().Units) - 1}
 }
 
-// Acquire implements model.ParamHook: at stage 3 it gathers the part's
-// parameters.
-func (h *zeroHook) Acquire(part int) error {
-	if !h.so.stage.PartitionsParams() || h.so.whole {
-		return nil
-	}
+// Acquire implements model.ParamHook: before a backward pass writes the
+// part's gradients it commits their memory (Release returned all but the
+// owned ranges); at stage 3 it gathers the part's parameters (committing
+// them).
+func (h *zeroHook) Acquire(part int, backward bool) error {
 	for _, u := range h.units(part) {
-		if err := h.f.x.Gather(h.f.flat.Params, u); err != nil {
-			return err
+		if backward && !h.f.frozen() {
+			if err := h.f.x.Commit(h.f.flat.Grads, u); err != nil {
+				return fmt.Errorf("gradients of %s: %w", h.f.flat.Name, err)
+			}
+		}
+		if h.so.stage.PartitionsParams() && !h.so.whole {
+			if err := h.f.x.Gather(h.f.flat.Params, u); err != nil {
+				return fmt.Errorf("parameters of %s: %w", h.f.flat.Name, err)
+			}
 		}
 	}
 	return nil

@@ -114,9 +114,13 @@ func (x *Exchange) chunks(op string, buf kernels.Buffer, u int, f func(k chunk) 
 }
 
 // Gather fills unit u of buf on every rank with the pieces their owners
-// hold (all-gather).
+// hold (all-gather). It commits the unit first (Commit): a released unit
+// becomes resident again.
 func (x *Exchange) Gather(buf kernels.Buffer, u int) error {
 	r, d := x.lay.Rank, x.dev
+	if err := x.Commit(buf, u); err != nil {
+		return err
+	}
 	return x.chunks("all-gather", buf, u, func(k chunk) error {
 		src := k.in
 		if v := k.valid(r); v == k.c {
@@ -141,7 +145,8 @@ func (x *Exchange) Gather(buf kernels.Buffer, u int) error {
 
 // ReduceScatter sums unit u of buf over the ranks into this rank's piece
 // (in place). The rest of the unit keeps this rank's own values; callers
-// zero or Release it.
+// zero or Release it. The unit must be resident: whoever wrote the values
+// it sums committed it (Commit) after the last Release.
 func (x *Exchange) ReduceScatter(buf kernels.Buffer, u int) error {
 	r, d := x.lay.Rank, x.dev
 	return x.chunks("reduce-scatter", buf, u, func(k chunk) error {
@@ -167,7 +172,8 @@ func (x *Exchange) ReduceScatter(buf kernels.Buffer, u int) error {
 
 // Release zeroes unit u of buf outside this rank's piece and, on a device
 // that can (kernels.Decommitter), returns that memory to the system until
-// the next Gather or write.
+// the next Gather or Commit, which must come before anything reads or
+// writes the unit again.
 func (x *Exchange) Release(buf kernels.Buffer, u int) {
 	un, p := x.lay.Units[u], x.lay.Piece(u, x.lay.Rank)
 	if p.Len() == 0 {
@@ -180,8 +186,33 @@ func (x *Exchange) Release(buf kernels.Buffer, u int) {
 	}
 }
 
-// Decommit zeroes b and returns its whole pages to the system when dev
-// can (kernels.Decommitter); otherwise it only zeroes b.
+// Commit makes unit u of buf resident again after a Release (see
+// kernels.Decommitter): the released part reads as zeros, this rank's
+// piece keeps its values. The error names the unit.
+func (x *Exchange) Commit(buf kernels.Buffer, u int) error {
+	un := x.lay.Units[u]
+	if buf.Len() != x.lay.N {
+		return fmt.Errorf("zero: commit of a buffer of %d elements, layout of %d", buf.Len(), x.lay.N)
+	}
+	if err := Commit(x.dev, buf.Slice(un.Off, un.N)); err != nil {
+		return fmt.Errorf("zero: commit of unit %d (elements %d to %d): %w", u, un.Off, un.Off+un.N, err)
+	}
+	return nil
+}
+
+// Commit makes b resident again after a Decommit when dev can decommit
+// (kernels.Decommitter); otherwise b never left and there is nothing to
+// do.
+func Commit(dev kernels.Device, b kernels.Buffer) error {
+	if dc, ok := dev.(kernels.Decommitter); ok {
+		return dc.Commit(b)
+	}
+	return nil
+}
+
+// Decommit zeroes b and returns its memory to the system when dev can
+// (kernels.Decommitter); otherwise it only zeroes b. Commit b before it
+// is used again.
 func Decommit(dev kernels.Device, b kernels.Buffer) {
 	if dc, ok := dev.(kernels.Decommitter); ok {
 		dc.Decommit(b)

@@ -329,3 +329,12 @@ func (d *Device) Decommit(b kernels.Buffer) {
 	d.Zero(b.Slice(0, head/es))
 	d.Zero(b.Slice(n-tail/es, tail/es))
 }
+
+// DecommitReturnsMemory reports whether Decommit gives memory back to the
+// operating system: not for buffers in an Options.Allocator's memory.
+func (d *Device) DecommitReturnsMemory() bool { return d.alloc == nil }
+
+// Commit implements kernels.Decommitter: nothing to do, the operating
+// system commits a decommitted page on its first write (and a read before
+// that sees zeros, as the contract wants).
+func (d *Device) Commit(b kernels.Buffer) error { return nil }

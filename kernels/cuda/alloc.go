@@ -56,8 +56,19 @@ type cachingAllocator struct {
 	inUse    int64               // bytes of blocks handed out (rounded)
 	cached   int64               // bytes of blocks in the pools
 	reserved int64               // bytes held from the device: inUse + cached
-	peak     int64               // the largest reserved
+	peak     int64               // the largest reserved (plus outside)
 	allocs   int                 // raw allocations made (for tests and stats)
+	// outside, if set, is the device memory held beside the allocator
+	// (buffers with their own chunks, vmm.go): it counts against limit
+	// and in peak.
+	outside func() int64
+}
+
+func (a *cachingAllocator) outsideBytes() int64 {
+	if a.outside == nil {
+		return 0
+	}
+	return a.outside()
 }
 
 func newCachingAllocator(raw rawMemory, limit int64) *cachingAllocator {
@@ -102,11 +113,11 @@ func (a *cachingAllocator) alloc(n int64) (uintptr, int64, error) {
 		return ptr, size, nil
 	}
 	cachedBefore := a.cached
-	if a.limit > 0 && a.reserved+size > a.limit {
+	if a.limit > 0 && a.reserved+a.outsideBytes()+size > a.limit {
 		if err := a.emptyCache(); err != nil {
 			return 0, 0, err
 		}
-		if a.reserved+size > a.limit {
+		if a.reserved+a.outsideBytes()+size > a.limit {
 			return 0, 0, a.oom(n, cachedBefore, nil, a.limit)
 		}
 	}
@@ -126,7 +137,7 @@ func (a *cachingAllocator) alloc(n int64) (uintptr, int64, error) {
 	a.allocs++
 	a.inUse += size
 	a.reserved += size
-	a.peak = max(a.peak, a.reserved)
+	a.peak = max(a.peak, a.reserved+a.outsideBytes())
 	return ptr, size, nil
 }
 

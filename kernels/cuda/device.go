@@ -30,6 +30,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -46,6 +47,7 @@ type Buffer struct {
 	dt   kernels.DType
 	size int64 // the block's rounded size (a buffer Alloc returned), 0 for views
 	root bool
+	blk  *vmmBlock // the reserved range of a buffer with its own chunks (vmm.go), nil for the caching allocator's
 }
 
 // DType implements kernels.Buffer.
@@ -59,7 +61,7 @@ func (b *Buffer) Slice(off, n int) kernels.Buffer {
 	if off < 0 || n < 0 || off+n > b.n {
 		panic(fmt.Sprintf("cuda: Slice(%d, %d) of a buffer of %d", off, n, b.n))
 	}
-	return &Buffer{dev: b.dev, ptr: b.ptr + uintptr(off*b.dt.Size()), n: n, dt: b.dt}
+	return &Buffer{dev: b.dev, ptr: b.ptr + uintptr(off*b.dt.Size()), n: n, dt: b.dt, blk: b.blk}
 }
 
 // Ptr is the device address of the buffer's first element (for code that
@@ -97,6 +99,9 @@ type Device struct {
 	limit   int64
 	roots   map[*Buffer]struct{}
 	err     error // the first deferred error
+
+	vm     *vmmSpace // buffers with their own chunks (vmm.go); nil without VMM
+	vmNote string    // why vm is nil
 }
 
 var (
@@ -150,7 +155,10 @@ func newDevice(g gpu, name string, cc int, limit int64) (*Device, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("cuda: negative memory limit %d", limit)
 	}
-	return &Device{g: g, name: name, cc: cc, alloc: newCachingAllocator(g, limit), limit: limit, roots: make(map[*Buffer]struct{})}, nil
+	d := &Device{g: g, name: name, cc: cc, alloc: newCachingAllocator(g, limit), limit: limit, roots: make(map[*Buffer]struct{})}
+	d.useVMM()
+	d.alloc.outside = d.vmmBytes
+	return d, nil
 }
 
 // Name implements kernels.Device, e.g. "cuda:0 (NVIDIA H100 80GB HBM3, sm_90)".
@@ -163,6 +171,7 @@ func (d *Device) NativeBF16() bool { return d.cc >= 80 }
 // Close waits for the queued work, returns the cached memory and releases
 // the context. Live buffers must not be used afterwards.
 func (d *Device) Close() error {
+	d.emptyVMMPool()
 	err := d.alloc.emptyCache()
 	if cerr := d.g.close(); err == nil {
 		err = cerr
@@ -208,11 +217,7 @@ func (d *Device) Addr(b kernels.Buffer) (uintptr, error) {
 
 // Trim returns the allocator's cached blocks to the device (the hybrid
 // engine calls it after releasing its inference workspace).
-func (d *Device) Trim() {
-	if err := d.alloc.emptyCache(); err != nil {
-		d.fail(err)
-	}
-}
+func (d *Device) Trim() { d.trimAll() }
 
 // fail keeps the first deferred error, for Sync.
 func (d *Device) fail(err error) {
@@ -239,7 +244,14 @@ func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 		return nil, fmt.Errorf("cuda: Alloc of %v is not supported (F32, BF16 and I32 are)", dt)
 	}
 	want := int64(n) * int64(dt.Size())
+	if d.vm != nil && want >= d.vm.gran {
+		return d.allocVMM(dt, n, want)
+	}
 	ptr, size, err := d.alloc.alloc(want)
+	if err != nil && d.vm != nil && d.vm.pooled > 0 && errors.Is(err, ErrOutOfMemory) {
+		d.emptyVMMPool()
+		ptr, size, err = d.alloc.alloc(want)
+	}
 	if err != nil {
 		if oom, ok := err.(*allocOOM); ok {
 			return nil, &kernels.OutOfMemoryError{Device: d.name, Want: want, Live: d.live, Limit: oom.limit,
@@ -272,22 +284,33 @@ func (d *Device) Free(b kernels.Buffer) {
 		panic("cuda: Free of a buffer freed before")
 	}
 	delete(d.roots, cb)
+	if cb.blk != nil {
+		d.releaseBlock(cb.blk)
+		return
+	}
 	d.alloc.free(cb.ptr, cb.size)
 	d.live -= int64(cb.bytes())
 }
 
 // MemStats implements kernels.Device: the bytes of live buffers as asked
-// for (the allocator's rounding and cache are not counted), their peak,
-// and the memory limit.
+// for (the allocator's rounding and cache are not counted; of a buffer
+// with its own chunks, the chunks mapped: what Decommit released is not
+// counted), their peak, and the memory limit.
 func (d *Device) MemStats() kernels.MemStats {
 	return kernels.MemStats{Live: d.live, Peak: d.peak, Limit: d.limit}
 }
 
-// CacheStats reports the allocator's bytes: in use (rounded), cached and
-// held from the device (both), and the peak of the last.
+// CacheStats reports the bytes held from the device: in use by live
+// buffers (rounded; of buffers with their own chunks, the chunks mapped),
+// cached for reuse, held in all (both), and the peak of the last.
 func (d *Device) CacheStats() (inUse, cached, reserved, peak int64) {
 	a := d.alloc
-	return a.inUse, a.cached, a.reserved, a.peak
+	inUse, cached = a.inUse, a.cached
+	if v := d.vm; v != nil {
+		inUse += v.committed - v.pooled
+		cached += v.pooled
+	}
+	return inUse, cached, a.reserved + d.vmmBytes(), a.peak
 }
 
 // buffer returns b as this device's buffer, or panics.

@@ -52,10 +52,13 @@ func (k argKind) String() string {
 	return [...]string{"?", "ptr", "int", "float", "i64", "u64"}[k]
 }
 
-// kernelArg is one kernel argument: its kind and its bits.
+// kernelArg is one kernel argument: its kind and its bits; for a pointer
+// to a buffer, span is the buffer's bytes (0: not known), which the tests'
+// fake checks are resident.
 type kernelArg struct {
 	kind argKind
 	bits uint64
+	span uint64
 }
 
 // cudaDataType_t and cublasComputeType_t values.

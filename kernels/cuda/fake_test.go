@@ -28,6 +28,16 @@ type fakeGPU struct {
 	launches []launchRec
 	gemms    []gemmCall
 	pinned   map[unsafe.Pointer][]byte // page-locked host memory (pinned_test.go)
+
+	// vm, when set, is the fake's virtual memory management (vmm_test.go):
+	// every copy, memset, launch argument and GEMM operand that touches a
+	// reserved range must touch mapped chunks only, and an unmap must
+	// follow a sync. unmapped, when set, is told of a violation instead
+	// of failing the test at once. queued is work queued since the last
+	// sync.
+	vm       *fakeVMM
+	unmapped func(msg string)
+	queued   bool
 }
 
 type launchRec struct {
@@ -66,6 +76,9 @@ func (g *fakeGPU) memInfo() (int64, int64, error) { return g.mem.memInfo() }
 
 // bytes returns the backing bytes [p, p+n) or fails the test.
 func (g *fakeGPU) bytes(p uintptr, n int) []byte {
+	if b, ok := g.vm.bytes(p, n); ok {
+		return b
+	}
 	for base, b := range g.buf {
 		if p >= base && p+uintptr(n) <= base+uintptr(len(b)) {
 			return b[p-base : p-base+uintptr(n)]
@@ -77,6 +90,9 @@ func (g *fakeGPU) bytes(p uintptr, n int) []byte {
 
 // inside reports whether p points into an allocation.
 func (g *fakeGPU) inside(p uintptr) bool {
+	if g.vm.reserved(p) {
+		return true
+	}
 	for base, b := range g.buf {
 		if p >= base && p < base+uintptr(len(b)) {
 			return true
@@ -100,6 +116,7 @@ func (g *fakeGPU) dtoh(dst unsafe.Pointer, src uintptr, n int) error {
 }
 
 func (g *fakeGPU) dtod(dst, src uintptr, n int) error {
+	g.queued = true
 	if n > 0 {
 		copy(g.bytes(dst, n), g.bytes(src, n))
 	}
@@ -107,13 +124,14 @@ func (g *fakeGPU) dtod(dst, src uintptr, n int) error {
 }
 
 func (g *fakeGPU) memsetZero(dst uintptr, n int) error {
+	g.queued = true
 	if n > 0 {
 		clear(g.bytes(dst, n))
 	}
 	return nil
 }
 
-func (g *fakeGPU) sync() error { return nil }
+func (g *fakeGPU) sync() error { g.queued = false; return nil }
 
 // fakeStream is the stream handle the fake hands to OnStream.
 const fakeStream = 0x5712ea
@@ -138,6 +156,9 @@ func (g *fakeGPU) launch(k kernel, grid, block dim3, args []kernelArg) error {
 		if a.kind == argPtr && a.bits != 0 && !g.inside(uintptr(a.bits)) {
 			g.t.Fatalf("%s: argument %d (%#x) points into no allocation", name, i, a.bits)
 		}
+		if a.kind == argPtr && a.bits != 0 {
+			g.vm.bytes(uintptr(a.bits), int(max(a.span, 1))) // mapped, where reserved
+		}
 	}
 	threads := block[0] * block[1] * block[2]
 	if threads == 0 || threads > 1024 || threads%32 != 0 {
@@ -147,6 +168,7 @@ func (g *fakeGPU) launch(k kernel, grid, block dim3, args []kernelArg) error {
 		g.t.Fatalf("%s: a grid of %v", name, grid)
 	}
 	g.launches = append(g.launches, launchRec{k, grid, block, append([]kernelArg(nil), args...)})
+	g.queued = true
 	switch k {
 	case kF32ToBF16:
 		dst, src, n := uintptr(args[0].bits), uintptr(args[1].bits), int(args[2].bits)
@@ -214,6 +236,7 @@ func (g *fakeGPU) elem(p uintptr, typ, i int) float64 {
 // C = alpha·op(A)·op(B) + beta·C in float64.
 func (g *fakeGPU) gemm(c gemmCall) error {
 	g.gemms = append(g.gemms, c)
+	g.queued = true
 	rowsA, rowsB := c.m, c.k // stored rows (column-major leading dimension) for op N
 	if c.transA == cublasOpT {
 		rowsA = c.k

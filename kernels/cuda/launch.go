@@ -11,23 +11,23 @@ import (
 
 func ptr(b *Buffer) kernelArg {
 	if b == nil {
-		return kernelArg{argPtr, 0}
+		return kernelArg{kind: argPtr}
 	}
-	return kernelArg{argPtr, uint64(b.ptr)}
+	return kernelArg{kind: argPtr, bits: uint64(b.ptr), span: uint64(b.bytes())}
 }
 
-func rawPtr(p uintptr) kernelArg { return kernelArg{argPtr, uint64(p)} }
+func rawPtr(p uintptr) kernelArg { return kernelArg{kind: argPtr, bits: uint64(p)} }
 
 func i32(v int) kernelArg {
 	if v < math.MinInt32 || v > math.MaxInt32 {
 		panic(fmt.Sprintf("cuda: kernel argument %d does not fit an int", v))
 	}
-	return kernelArg{argI32, uint64(uint32(int32(v)))}
+	return kernelArg{kind: argI32, bits: uint64(uint32(int32(v)))}
 }
 
-func f32(v float32) kernelArg { return kernelArg{argF32, uint64(math.Float32bits(v))} }
-func i64(v int) kernelArg     { return kernelArg{argI64, uint64(int64(v))} }
-func u64(v uint64) kernelArg  { return kernelArg{argU64, v} }
+func f32(v float32) kernelArg { return kernelArg{kind: argF32, bits: uint64(math.Float32bits(v))} }
+func i64(v int) kernelArg     { return kernelArg{kind: argI64, bits: uint64(int64(v))} }
+func u64(v uint64) kernelArg  { return kernelArg{kind: argU64, bits: v} }
 
 // isBF16 is the int flag kernels take for an F32-or-BF16 operand.
 func isBF16(b *Buffer) kernelArg {

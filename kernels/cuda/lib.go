@@ -57,10 +57,11 @@ type driverAPI struct {
 	cuFuncSetAttribute, cuGetErrorName, cuGetErrorString, cuCtxSynchronize     uintptr
 	cuDeviceGetPCIBusId                                                        uintptr
 	cuMemHostAlloc, cuMemFreeHost                                              uintptr // pinned.go
+	vmm                                                                        vmmAPI  // vmm.go
 }
 
 func (d *driverAPI) symbols() []symbol {
-	return []symbol{
+	return append([]symbol{
 		{"cuInit", &d.cuInit, false},
 		{"cuDriverGetVersion", &d.cuDriverGetVersion, false},
 		{"cuDeviceGetCount", &d.cuDeviceGetCount, false},
@@ -93,7 +94,7 @@ func (d *driverAPI) symbols() []symbol {
 		{"cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId, true},
 		{"cuMemHostAlloc", &d.cuMemHostAlloc, true},
 		{"cuMemFreeHost", &d.cuMemFreeHost, true},
-	}
+	}, d.vmm.symbols()...)
 }
 
 // nvrtcAPI is libnvrtc's functions.

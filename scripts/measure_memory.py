@@ -9,7 +9,10 @@ estimated peak and the measured maximum resident set size, and the error.
     /usr/bin/python3 scripts/measure_memory.py --gochat bin/gochat --models M --data D [NAME ...]
 
 M holds random-init models from `gochat init --arch opt-125m|opt-350m|opt-1.3b
---output-dir M/ARCH --tokenizer ../shared/data/opt-tokenizer`; D is a folder
+--output-dir M/ARCH --tokenizer ../shared/data/opt-tokenizer` and, for step 3's
+critics and reward models, M/opt-125m-reward and M/opt-350m-reward from one step
+of `gochat reward --model M/ARCH --data D --data-split 0,1,0 --max-steps 1
+--output-dir M/ARCH-reward`; D is a folder
 with train.jsonl (../shared/data/rm-static-sample/sample.jsonl) and test.jsonl
 (its first 8 rows). --env GOGC=100,GOMEMLIMIT=off runs with Go's defaults
 instead of the steps' own GC settings. Runs one configuration at a time: the
@@ -37,7 +40,10 @@ def configs(m, d):
         return ["--model", os.path.join(m, model), "--data", d, "--data-split", split, *extra]
 
     def ppo(actor, critic, *extra):
-        return ["--actor", os.path.join(m, actor), "--critic", os.path.join(m, critic), "--data", d, "--data-split", "0,0,1",
+        # The critic (and so the reward model, --reward's default) is a
+        # step-2 output of the critic's architecture, as in DeepSpeed-Chat:
+        # M/ARCH-reward (see the module doc).
+        return ["--actor", os.path.join(m, actor), "--critic", os.path.join(m, critic + "-reward"), "--data", d, "--data-split", "0,0,1",
                 "--max-prompt-seq-len", "128", "--max-answer-seq-len", "64", "--per-device-generation-batch-size", "4",
                 "--num-warmup-steps", "0", *extra]
     seq = ["--max-seq-len", "256"]

@@ -71,10 +71,10 @@ func (s ActsShape) Bytes(c *Config, valueHead bool, w WeightsInfo) int {
 }
 
 // Units are the element counts of train.ModelUnits for a model with config
-// c (and a value head when valueHead), from the config alone: everything
-// before the first decoder layer (embeddings, positions, project_in), each
-// layer, and everything after the last (final norm, project_out, an untied
-// LM head, the value head).
+// c (and a value head when valueHead), from the config alone: the tensors
+// laid out before the first decoder layer (embeddings, positions and, in
+// OPT's layout, project_in, project_out and the final norm), each layer,
+// and those after the last (an untied LM head, the value head).
 func Units(c *Config, valueHead bool) []int {
 	m := &Model{Config: c, specs: c.paramSpecs(valueHead)}
 	n := 0

@@ -190,7 +190,8 @@ func halvings(n int) []int {
 // training: gradient checkpointing (same results, more compute), a higher
 // ZeRO stage over the ranks at hand (same results, more communication),
 // on GPUs ZeRO-Offload of a growing fraction of the optimizer state (same
-// results, host memory and transfers), a smaller
+// results, host memory and transfers; or a smaller one when the host is
+// short), a smaller
 // evaluation batch, bf16, smaller micro-batches with more gradient
 // accumulation (the same effective batch), LoRA with --only-optimize-lora.
 // When no single change fits it proposes the smallest combination it
@@ -207,6 +208,7 @@ func (s Stage) Fit(budget Budget) []Change {
 		},
 		zeroKnob(func(x *Stage) *Parallel { return &x.Parallel }, func(x *Stage) *int { return &x.Parallel.Stage }, "zero-stage"),
 		offloadKnob(func(x *Stage) *Parallel { return &x.Parallel }),
+		onloadKnob(func(x *Stage) *Parallel { return &x.Parallel }),
 		func(x Stage) []variant[Stage] {
 			var vs []variant[Stage]
 			for _, b := range halvings(x.Sft.EvalBatch) {
@@ -268,6 +270,34 @@ func offloadKnob[T any](par func(*T) *Parallel) knob[T] {
 	}
 }
 
+// onloadKnob keeps more of the optimizer state on the device when the
+// host is short of memory for it: a smaller --offload-ratio, then no
+// offload (exact, like offloading).
+func onloadKnob[T any](par func(*T) *Parallel) knob[T] {
+	return func(x T) []variant[T] {
+		p := *par(&x)
+		if !p.Offload {
+			return nil
+		}
+		cur := p.OffloadRatio
+		if cur <= 0 || cur > 1 {
+			cur = 1
+		}
+		var vs []variant[T]
+		for _, r := range []float64{0.5, 0.25} {
+			if r < cur {
+				y := x
+				par(&y).OffloadRatio = r
+				vs = append(vs, variant[T]{y, [][2]string{{"offload-ratio", fmt.Sprint(r)}}})
+			}
+		}
+		y := x
+		q := par(&y)
+		q.Offload, q.OffloadRatio = false, 0
+		return append(vs, variant[T]{y, [][2]string{{"offload", "false"}}})
+	}
+}
+
 // zeroKnob raises a ZeRO stage (flag) over the ranks at hand (exact:
 // the optimizer state, then the gradients, then the weights partitioned
 // over them): the next stage up to 3, mildest first. One process has no
@@ -303,7 +333,8 @@ func bf16Knob[T any](dt func(*T) *kernels.DType) knob[T] {
 // checkpointing of the actor and of the critic, higher ZeRO stages for
 // them over the ranks at hand, on GPUs the reference and the reward
 // model's weights offloaded to the host and ZeRO-Offload of the optimizer
-// state, no --keep-inference-cache, bf16, smaller generation batches with more of
+// state (or less of it when the host is short), no --keep-inference-cache,
+// bf16, smaller generation batches with more of
 // them per round (the same experience per round), smaller training
 // micro-batches, LoRA with --only-optimize-lora for the actor and then the
 // critic, no EMA. When no single change fits it proposes the smallest
@@ -341,6 +372,7 @@ func (p PPO) Fit(budget Budget) []Change {
 		frozenKnob(func(x *PPO) *bool { return &x.OffloadRef }, "offload-reference-model"),
 		frozenKnob(func(x *PPO) *bool { return &x.OffloadReward }, "offload-reward-model"),
 		offloadKnob(func(x *PPO) *Parallel { return &x.Parallel }),
+		onloadKnob(func(x *PPO) *Parallel { return &x.Parallel }),
 		boolKnob(func(x *PPO) *bool { return &x.KeepCache }, false, "keep-inference-cache"),
 		bf16Knob(func(x *PPO) *kernels.DType { return &x.DType }),
 		func(x PPO) []variant[PPO] {

@@ -136,8 +136,9 @@ func (p Parallel) partition(m *Model, stage int) {
 		wsize := m.Weights / int64(max(m.Params, 1))
 		f32 := int64(kernels.F32.Size())
 		var master, moments int64
-		if optimized > 0 {
-			master, moments = m.Master*kb/optimized, m.Moments*kb/optimized
+		if optimized > 0 { // kb/optimized of them (in float64: the products overflow int64)
+			part := func(b int64) int64 { return int64(math.Round(float64(b) * float64(kb) / float64(optimized))) }
+			master, moments = part(m.Master), part(m.Moments)
 		}
 		lmom := kl * 2 * f32 // AdamW's two fp32 moments (optim.StateBytes)
 		m.Master -= master

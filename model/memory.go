@@ -69,3 +69,24 @@ type ActsShape struct {
 func (s ActsShape) Bytes(c *Config, valueHead bool, w WeightsInfo) int {
 	return ActsBytes(c, valueHead, s.B, s.T, s.Opts, w)
 }
+
+// Units are the element counts of train.ModelUnits for a model with config
+// c (and a value head when valueHead), from the config alone: the tensors
+// laid out before the first decoder layer (embeddings, positions and, in
+// OPT's layout, project_in, project_out and the final norm), each layer,
+// and those after the last (an untied LM head, the value head).
+func Units(c *Config, valueHead bool) []int {
+	m := &Model{Config: c, specs: c.paramSpecs(valueHead)}
+	n := 0
+	for _, s := range m.specs {
+		n += s.size()
+	}
+	first, _ := m.LayerRange(0)
+	last, k := m.LayerRange(c.NumLayers - 1)
+	units := []int{first}
+	for l := range c.NumLayers {
+		_, k := m.LayerRange(l)
+		units = append(units, k)
+	}
+	return append(units, n-(last+k))
+}

@@ -7,16 +7,26 @@ import (
 	"github.com/gochat-ai/gochat/kernels"
 )
 
-// Change is a way of bringing a step's peak under a budget: the flags that
-// make it (command-line syntax, for the step's command) and the peak
-// estimated with them.
+// Change is a way of bringing a step's peaks under a budget: the flags
+// that make it (command-line syntax, for the step's command) and the peaks
+// estimated with them (on a GPU the GPU's and the host's).
 type Change struct {
-	Flags []string `json:"flags"`
-	Peak  int64    `json:"peak"`
+	Flags    []string `json:"flags"`
+	Peak     int64    `json:"peak"`
+	HostPeak int64    `json:"host_peak,omitempty"`
+	GPU      bool     `json:"gpu,omitempty"`
 }
 
 func (c Change) String() string {
+	if c.GPU {
+		return fmt.Sprintf("%s (GPU peak %s, host %s)", strings.Join(c.Flags, " "), GiB(c.Peak), GiB(c.HostPeak))
+	}
 	return fmt.Sprintf("%s (peak %s)", strings.Join(c.Flags, " "), GiB(c.Peak))
+}
+
+// change is the Change of flags with estimate e.
+func change(flags []string, e *Estimate) Change {
+	return Change{Flags: flags, Peak: e.Peak, HostPeak: e.HostPeak, GPU: e.GPU}
 }
 
 // DefaultLoRADim is the LoRA rank Fit proposes (DeepSpeed-Chat's scripts
@@ -65,26 +75,27 @@ type variant[T any] struct {
 // to the strongest (none when it does not apply).
 type knob[T any] func(T) []variant[T]
 
-// fit finds the cheapest changes that bring est(in) under budget, trying
+// fit finds the cheapest changes that bring est(in) within budget (both
+// memories on a GPU), trying
 // knobs in order (the order of how much they change training, least
 // first): every single change that fits, at its mildest fitting strength;
 // without one, a combination (knobs applied in order, the last at its
 // mildest fitting strength), then pruned of what it does not need. It
 // returns nil when nothing fits.
-func fit[T any](in T, budget int64, est func(T) (int64, error), knobs []knob[T]) []Change {
-	fits := func(x T) (int64, bool) {
-		p, err := est(x)
-		return p, err == nil && p <= budget
+func fit[T any](in T, budget Budget, est func(T) (*Estimate, error), knobs []knob[T]) []Change {
+	fits := func(x T) (*Estimate, bool) {
+		e, err := est(x)
+		return e, err == nil && e.Fits(budget)
 	}
 	var out []Change
 	for _, k := range knobs {
 		for _, v := range k(in) {
-			if p, ok := fits(v.in); ok {
+			if e, ok := fits(v.in); ok {
 				var fs flagSet
 				for _, f := range v.flags {
 					fs.set(f[0], f[1])
 				}
-				out = append(out, Change{Flags: fs.list(), Peak: p})
+				out = append(out, change(fs.list(), e))
 				break
 			}
 		}
@@ -160,8 +171,8 @@ func fit[T any](in T, budget int64, est func(T) (int64, error), knobs []knob[T])
 	}
 	soften()
 	x, fs := build(chosen)
-	p, _ := est(x)
-	return []Change{{Flags: fs.list(), Peak: p}}
+	e, _ := est(x)
+	return []Change{change(fs.list(), e)}
 }
 
 // halvings returns n/2, n/4, ..., 1 (nothing for n <= 1).
@@ -174,23 +185,19 @@ func halvings(n int) []int {
 	return out
 }
 
-// Fit lists the cheapest changes of the step's settings whose estimated
-// peak is at most budget, in the order of how little they change training:
-// gradient checkpointing (same results, more compute), on GPUs
-// ZeRO-Offload of a growing fraction of the optimizer state (same
-// results, host memory and transfers), a smaller
+// Fit lists the cheapest changes of the step's settings whose estimate
+// fits budget (Estimate.Fits), in the order of how little they change
+// training: gradient checkpointing (same results, more compute), a higher
+// ZeRO stage over the ranks at hand (same results, more communication),
+// on GPUs ZeRO-Offload of a growing fraction of the optimizer state (same
+// results, host memory and transfers; or a smaller one when the host is
+// short), a smaller
 // evaluation batch, bf16, smaller micro-batches with more gradient
 // accumulation (the same effective batch), LoRA with --only-optimize-lora.
 // When no single change fits it proposes the smallest combination it
 // finds; nil means nothing fits.
-func (s Stage) Fit(budget int64) []Change {
-	est := func(x Stage) (int64, error) {
-		e, err := x.Estimate()
-		if err != nil {
-			return 0, err
-		}
-		return e.Peak, nil
-	}
+func (s Stage) Fit(budget Budget) []Change {
+	est := func(x Stage) (*Estimate, error) { return x.Estimate() }
 	knobs := []knob[Stage]{
 		func(x Stage) []variant[Stage] {
 			if x.Sft.Checkpoint {
@@ -199,7 +206,9 @@ func (s Stage) Fit(budget int64) []Change {
 			x.Sft.Checkpoint = true
 			return []variant[Stage]{{x, [][2]string{{"gradient-checkpointing", "true"}}}}
 		},
+		zeroKnob(func(x *Stage) *Parallel { return &x.Parallel }, func(x *Stage) *int { return &x.Parallel.Stage }, "zero-stage"),
 		offloadKnob(func(x *Stage) *Parallel { return &x.Parallel }),
+		onloadKnob(func(x *Stage) *Parallel { return &x.Parallel }),
 		func(x Stage) []variant[Stage] {
 			var vs []variant[Stage]
 			for _, b := range halvings(x.Sft.EvalBatch) {
@@ -244,7 +253,7 @@ func (s Stage) Fit(budget int64) []Change {
 func offloadKnob[T any](par func(*T) *Parallel) knob[T] {
 	return func(x T) []variant[T] {
 		p := *par(&x)
-		if p.Ranks <= 1 || (p.Offload && (p.OffloadRatio <= 0 || p.OffloadRatio >= 1)) {
+		if !p.OnGPU() || (p.Offload && (p.OffloadRatio <= 0 || p.OffloadRatio >= 1)) {
 			return nil
 		}
 		var vs []variant[T]
@@ -261,6 +270,53 @@ func offloadKnob[T any](par func(*T) *Parallel) knob[T] {
 	}
 }
 
+// onloadKnob keeps more of the optimizer state on the device when the
+// host is short of memory for it: a smaller --offload-ratio, then no
+// offload (exact, like offloading).
+func onloadKnob[T any](par func(*T) *Parallel) knob[T] {
+	return func(x T) []variant[T] {
+		p := *par(&x)
+		if !p.Offload {
+			return nil
+		}
+		cur := p.OffloadRatio
+		if cur <= 0 || cur > 1 {
+			cur = 1
+		}
+		var vs []variant[T]
+		for _, r := range []float64{0.5, 0.25} {
+			if r < cur {
+				y := x
+				par(&y).OffloadRatio = r
+				vs = append(vs, variant[T]{y, [][2]string{{"offload-ratio", fmt.Sprint(r)}}})
+			}
+		}
+		y := x
+		q := par(&y)
+		q.Offload, q.OffloadRatio = false, 0
+		return append(vs, variant[T]{y, [][2]string{{"offload", "false"}}})
+	}
+}
+
+// zeroKnob raises a ZeRO stage (flag) over the ranks at hand (exact:
+// the optimizer state, then the gradients, then the weights partitioned
+// over them): the next stage up to 3, mildest first. One process has no
+// one to share with.
+func zeroKnob[T any](par func(*T) *Parallel, stage func(*T) *int, flag string) knob[T] {
+	return func(x T) []variant[T] {
+		if par(&x).Ranks <= 1 {
+			return nil
+		}
+		var vs []variant[T]
+		for st := *stage(&x) + 1; st <= 3; st++ {
+			y := x
+			*stage(&y) = st
+			vs = append(vs, variant[T]{y, [][2]string{{flag, fmt.Sprint(st)}}})
+		}
+		return vs
+	}
+}
+
 // bf16Knob switches fp32 parameters to bf16.
 func bf16Knob[T any](dt func(*T) *kernels.DType) knob[T] {
 	return func(x T) []variant[T] {
@@ -272,22 +328,19 @@ func bf16Knob[T any](dt func(*T) *kernels.DType) knob[T] {
 	}
 }
 
-// Fit lists the cheapest changes of step 3's settings whose estimated peak
-// is at most budget, in the order of how little they change training:
-// gradient checkpointing of the actor and of the critic, no
-// --keep-inference-cache, bf16, smaller generation batches with more of
+// Fit lists the cheapest changes of step 3's settings whose estimate fits
+// budget, in the order of how little they change training: gradient
+// checkpointing of the actor and of the critic, higher ZeRO stages for
+// them over the ranks at hand, on GPUs the reference and the reward
+// model's weights offloaded to the host and ZeRO-Offload of the optimizer
+// state (or less of it when the host is short), no --keep-inference-cache,
+// bf16, smaller generation batches with more of
 // them per round (the same experience per round), smaller training
 // micro-batches, LoRA with --only-optimize-lora for the actor and then the
 // critic, no EMA. When no single change fits it proposes the smallest
 // combination it finds; nil means nothing fits.
-func (p PPO) Fit(budget int64) []Change {
-	est := func(x PPO) (int64, error) {
-		e, err := x.Estimate()
-		if err != nil {
-			return 0, err
-		}
-		return e.Peak, nil
-	}
+func (p PPO) Fit(budget Budget) []Change {
+	est := func(x PPO) (*Estimate, error) { return x.Estimate() }
 	boolKnob := func(get func(*PPO) *bool, want bool, flag string) knob[PPO] {
 		return func(x PPO) []variant[PPO] {
 			if *get(&x) == want {
@@ -314,7 +367,12 @@ func (p PPO) Fit(budget int64) []Change {
 	knobs := []knob[PPO]{
 		boolKnob(func(x *PPO) *bool { return &x.ActorCheckpointing }, true, "actor-gradient-checkpointing"),
 		boolKnob(func(x *PPO) *bool { return &x.Opts.CriticCheckpointing }, true, "critic-gradient-checkpointing"),
+		zeroKnob(func(x *PPO) *Parallel { return &x.Parallel }, func(x *PPO) *int { return &x.Parallel.ActorStage }, "actor-zero-stage"),
+		zeroKnob(func(x *PPO) *Parallel { return &x.Parallel }, func(x *PPO) *int { return &x.Parallel.CriticStage }, "critic-zero-stage"),
+		frozenKnob(func(x *PPO) *bool { return &x.OffloadRef }, "offload-reference-model"),
+		frozenKnob(func(x *PPO) *bool { return &x.OffloadReward }, "offload-reward-model"),
 		offloadKnob(func(x *PPO) *Parallel { return &x.Parallel }),
+		onloadKnob(func(x *PPO) *Parallel { return &x.Parallel }),
 		boolKnob(func(x *PPO) *bool { return &x.KeepCache }, false, "keep-inference-cache"),
 		bf16Knob(func(x *PPO) *kernels.DType { return &x.DType }),
 		func(x PPO) []variant[PPO] {
@@ -342,4 +400,17 @@ func (p PPO) Fit(budget int64) []Change {
 		boolKnob(func(x *PPO) *bool { return &x.Opts.EnableEMA }, false, "enable-ema"),
 	}
 	return fit(p, budget, est, knobs)
+}
+
+// frozenKnob offloads a frozen model's weights to the host (exact: the
+// device computes on the same bits) on a GPU that returns released memory;
+// on the CPU the host is the device and it saves nothing.
+func frozenKnob(on func(*PPO) *bool, flag string) knob[PPO] {
+	return func(x PPO) []variant[PPO] {
+		if *on(&x) || !x.Parallel.OnGPU() || x.NoRelease {
+			return nil
+		}
+		*on(&x) = true
+		return []variant[PPO]{{x, [][2]string{{flag, "true"}}}}
+	}
 }

@@ -70,14 +70,14 @@ func TestFitProposesOffload(t *testing.T) {
 	m := e.Models[0]
 	budget := e.Peak - m.Moments/3 // a quarter offloaded is not enough, half is
 	var flags []string
-	for _, c := range s.Fit(budget) {
+	for _, c := range s.Fit(Budget{GPU: budget, Host: 1 << 50}) {
 		flags = append(flags, strings.Join(c.Flags, " "))
 	}
 	if !strings.Contains(strings.Join(flags, "|"), "--offload --offload-ratio 0.5") {
 		t.Errorf("changes %q: want --offload --offload-ratio 0.5 among them", flags)
 	}
 	s.Parallel = Parallel{}
-	for _, c := range s.Fit(must(s.Estimate()).Peak - m.Moments/3) {
+	for _, c := range s.Fit(Budget{Host: must(s.Estimate()).Peak - m.Moments/3}) {
 		if strings.Contains(strings.Join(c.Flags, " "), "offload") {
 			t.Errorf("a CPU run is offered %v", c.Flags)
 		}

@@ -68,6 +68,12 @@ type Parallel struct {
 	// (0 with Offload: all of it).
 	OffloadRatio float64
 	InferenceTP  int // step 3: --inference-tp-size (0 or 1: none)
+	// GPU: the step runs on a GPU (--device cuda), so Estimate.Peak is the
+	// GPU's memory and HostPeak the host's, budgeted apart (Budget). Without
+	// it a step of one process, or of gochat's ranks (Gochat), runs on the
+	// CPU backend, whose device memory is the host's: one budget. A GPU
+	// recipe's budget (Ranks > 1 without Gochat) is GPUs too (OnGPU).
+	GPU bool
 	// Gochat plans step 3's ZeRO-3 as gochat runs it (under mpirun), not
 	// as DeepSpeed-Chat does (a GPU recipe's budget): the frozen reference
 	// and reward models stay whole on every rank, and the experience
@@ -76,16 +82,43 @@ type Parallel struct {
 	Gochat bool
 }
 
-// GPUReserve is what a GPU process holds beyond its buffers in a GPU
-// estimate: the CUDA context, cuBLAS workspaces and allocator slack.
+// OnGPU reports whether the step's device is a GPU: GPU set, or the ranks
+// of a GPU recipe's budget (DeepSpeed-Chat's scripts).
+func (p Parallel) OnGPU() bool { return p.GPU || (p.Ranks > 1 && !p.Gochat) }
+
+// GPUReserve is what a GPU process holds beyond the buffers the planner
+// counts (Estimate.Device), and so the margin the pre-flight keeps between
+// the device peak and the GPU's free memory. Free memory is read
+// (cuMemGetInfo) after gochat has created its CUDA context and cuBLAS
+// handle, so the context itself (0.3-0.6 GiB on recent GPUs) is not in
+// it; against a recipe's budget (the GPUs' total memory) it is. What the
+// reserve covers, as kernels/cuda runs:
+//   - cuBLAS's workspace (32 MiB on Hopper, 4 MiB before) and the modules
+//     loaded lazily as a step first uses them (gochat's NVRTC cubin, a few
+//     MiB; the cuBLAS kernels of its GEMM shapes, tens of MiB);
+//   - NCCL's buffers under mpirun (NCCL_BUFFSIZE 4 MiB per channel and
+//     peer, a few hundred MiB on a node);
+//   - the caching allocator's rounding: blocks of 1 MiB and more are
+//     rounded up to 2 MiB (and VMM buffers to the driver's 2 MiB
+//     granularity), less than 2 MiB lost per buffer, with a few hundred
+//     such buffers live at a training step's peak (about 15 per layer;
+//     most activation sizes are multiples of 2 MiB and lose nothing), and
+//     the partial chunks at the edges of released ZeRO/offload views.
+//
+// Freed blocks cached for reuse need no reserve: the allocator empties its
+// cache and retries before it reports out of memory.
 const GPUReserve int64 = 1 << 30
 
 // partition divides a model's state over p.Ranks for ZeRO stage, and
 // with Offload moves the optimizer state of the offloaded fraction of the
 // ranges this rank updates to the host (train.Offload): AdamW's moments
 // and the masters' low halves, and the host copies of those parameters
-// (in their type) and of their gradients (fp32). LoRA adapters' state is
-// counted on the device.
+// (in their type) and of their gradients (fp32). The fraction is taken,
+// as train's splitOffload takes it, of all the optimized elements in flat
+// order: the model's first, then the LoRA adapters' (fp32: moments, and
+// host copies of parameters and gradients, 16 bytes an element on the
+// host, 8 fewer on the device). The adapters are not partitioned by ZeRO
+// here (they are small).
 func (p Parallel) partition(m *Model, stage int) {
 	r := int64(max(p.Ranks, 1))
 	optimized := m.Grads / int64(kernels.F32.Size()) // parameters with gradients
@@ -93,17 +126,25 @@ func (p Parallel) partition(m *Model, stage int) {
 		m.Master, m.Moments = m.Master/r, m.Moments/r
 		optimized /= r
 	}
-	if p.Offload && optimized > 0 {
-		ratio := p.OffloadRatio
-		if ratio <= 0 || ratio > 1 {
-			ratio = 1
+	if lp := int64(m.LoRAParams); p.Offload && optimized+lp > 0 {
+		total := optimized + lp
+		k := total // elements whose state goes to the host
+		if ratio := p.OffloadRatio; ratio > 0 && ratio < 1 {
+			k = min(total, int64(math.Round(ratio*float64(total)/2))*2) // pairs: bf16 masters' halves
 		}
+		kb, kl := min(k, optimized), max(k-optimized, 0)
 		wsize := m.Weights / int64(max(m.Params, 1))
-		off := func(b int64) int64 { return int64(math.Round(float64(b) * ratio)) }
-		moved := off(m.Master) + off(m.Moments)
-		m.Master -= off(m.Master)
-		m.Moments -= off(m.Moments)
-		m.Host = moved + off(optimized*(wsize+int64(kernels.F32.Size())))
+		f32 := int64(kernels.F32.Size())
+		var master, moments int64
+		if optimized > 0 { // kb/optimized of them (in float64: the products overflow int64)
+			part := func(b int64) int64 { return int64(math.Round(float64(b) * float64(kb) / float64(optimized))) }
+			master, moments = part(m.Master), part(m.Moments)
+		}
+		lmom := kl * 2 * f32 // AdamW's two fp32 moments (optim.StateBytes)
+		m.Master -= master
+		m.Moments -= moments
+		m.LoRA -= lmom
+		m.Host = master + moments + kb*(wsize+f32) + lmom + kl*2*f32
 	}
 	if stage >= 2 {
 		m.Grads /= r
@@ -150,6 +191,15 @@ type PPO struct {
 	KeepCache             bool
 	Parallel              Parallel // the zero value: one process, as gochat runs today
 	FlashAttention        bool     // as Stage's
+	// OffloadRef and OffloadReward are --offload-reference-model and
+	// --offload-reward-model: the frozen model's weights on the host, its
+	// passes bringing them to the device part by part (train.OffloadFrozen).
+	OffloadRef, OffloadReward bool
+	// NoRelease: the device cannot return released memory
+	// (train.ReturnsMemory false: a GPU without the driver's virtual
+	// memory management), so an offloaded frozen model keeps its weights on
+	// the device as well as on the host.
+	NoRelease bool
 }
 
 // Model is what one model holds, in bytes.
@@ -170,10 +220,18 @@ type Model struct {
 	KVCache       int64 `json:"kv_cache"`
 	Workspace     int64 `json:"inference_workspace"`
 	LoRA          int64 `json:"lora"` // adapters: parameters, gradients, moments, activations
-	EMA           int64 `json:"ema"`
-	// Host is what ZeRO-Offload keeps in host memory (Parallel.Offload);
-	// Total counts the device's part only.
+	// LoRAParams is the adapters' parameter count (0: none).
+	LoRAParams int   `json:"lora_params,omitempty"`
+	EMA        int64 `json:"ema"`
+	// Host is what the model keeps in host memory: ZeRO-Offload's
+	// optimizer state (Parallel.Offload), or a frozen model's weights
+	// (FrozenOffload); Total counts the device's part only.
 	Host int64 `json:"host,omitempty"`
+	// FrozenOffload: a frozen model's weights live on the host
+	// (--offload-reference-model, --offload-reward-model) and Weights is
+	// what its passes bring to the device at once (train.OffloadFrozen):
+	// the parts outside the decoder layers and one layer.
+	FrozenOffload bool `json:"frozen_offload,omitempty"`
 }
 
 // Total is everything the model holds at once.
@@ -210,13 +268,15 @@ type Estimate struct {
 	Runtime  int64 `json:"runtime"`
 	Headroom int64 `json:"gc_headroom"`
 	Peak     int64 `json:"peak"`
-	// Host is what ZeRO-Offload keeps in host memory, the models' Host
-	// summed. On the CPU (one process) the host is the device's memory and
-	// Peak includes it; on GPUs (Parallel.Ranks > 1) Peak is a GPU's and
+	// Host is what the models keep in host memory (ZeRO-Offload's
+	// optimizer state, offloaded frozen models' weights), the models' Host
+	// summed. On the CPU the host is the device's memory and Peak includes
+	// it; on a GPU (GPU set, Parallel.OnGPU) Peak is the GPU's and
 	// HostPeak, Host plus Runtime, is what the process holds in host
 	// memory.
 	Host     int64 `json:"host_state,omitempty"`
 	HostPeak int64 `json:"host_peak,omitempty"`
+	GPU      bool  `json:"gpu,omitempty"`
 }
 
 // dtypeName is the --dtype value of a parameter type.
@@ -236,8 +296,8 @@ type Part struct {
 // finish sets Device, Runtime, Headroom and Peak from the phases and the
 // churn (the bytes of buffers freed and allocated again between two
 // collections): on the CPU the Go runtime and the collector's headroom
-// come on top of the buffers, on a GPU (Parallel.Ranks > 1) the
-// GPUReserve.
+// come on top of the buffers, on a GPU (Parallel.OnGPU) the GPUReserve,
+// and the host's memory is counted apart (HostPeak).
 func (e *Estimate) finish(p Parallel, churn int64) {
 	for _, ph := range e.Phases {
 		e.Device = max(e.Device, ph.Bytes)
@@ -246,7 +306,8 @@ func (e *Estimate) finish(p Parallel, churn int64) {
 	for _, m := range e.Models {
 		e.Host += m.Host
 	}
-	if p.Ranks > 1 {
+	if p.OnGPU() {
+		e.GPU = true
 		e.Runtime = GPUReserve
 		e.Peak = e.Device + e.Runtime
 		e.HostPeak = e.Host + Runtime
@@ -257,6 +318,39 @@ func (e *Estimate) finish(p Parallel, churn int64) {
 	e.Peak = e.Device + e.Host + e.Runtime + e.Headroom
 }
 
+// Budget is the memory a step may use, in bytes: on a GPU the GPU's and
+// the host's apart, on the CPU one budget (Host), the device's memory
+// being the host's.
+type Budget struct {
+	// GPU is the GPU memory free for the step (cuMemGetInfo; for a recipe,
+	// the GPU's memory); 0 on the CPU.
+	GPU int64 `json:"gpu,omitempty"`
+	// Host is the host memory available (Memory.Available).
+	Host int64 `json:"host"`
+}
+
+// Fits reports whether e fits b: on a GPU Peak in b.GPU and HostPeak in
+// b.Host, on the CPU Peak in b.Host.
+func (e *Estimate) Fits(b Budget) bool {
+	over, _ := e.Over(b)
+	return !over.Any()
+}
+
+// Overrun says which memory an estimate exceeds.
+type Overrun struct{ GPU, Host bool }
+
+// Any reports whether either is exceeded.
+func (o Overrun) Any() bool { return o.GPU || o.Host }
+
+// Over reports which memory e exceeds under b, and the bytes e needs of
+// the host (Peak on the CPU, HostPeak on a GPU).
+func (e *Estimate) Over(b Budget) (Overrun, int64) {
+	if !e.GPU {
+		return Overrun{Host: e.Peak > b.Host}, e.Peak
+	}
+	return Overrun{GPU: e.Peak > b.GPU, Host: e.HostPeak > b.Host}, e.HostPeak
+}
+
 // Parts lists the estimate's components over all models, largest first,
 // named "actor optimizer moments" and so on (what an error message shows).
 func (e *Estimate) Parts() []Part {
@@ -264,7 +358,7 @@ func (e *Estimate) Parts() []Part {
 	for _, m := range e.Models {
 		for _, p := range []Part{{"weights", m.Weights}, {"master weights", m.Master}, {"gradients", m.Grads},
 			{"optimizer moments", m.Moments}, {"activations", m.Acts}, {"logits", m.Logits}, {"KV cache", m.KVCache},
-			{"inference workspace", m.Workspace}, {"LoRA", m.LoRA}, {"EMA", m.EMA}, {"optimizer state on the host (offload)", m.Host}} {
+			{"inference workspace", m.Workspace}, {"LoRA", m.LoRA}, {"EMA", m.EMA}, {hostPart(m), m.Host}} {
 			if p.Bytes > 0 {
 				out = append(out, Part{m.Name + " " + p.Name, p.Bytes})
 			}
@@ -277,6 +371,14 @@ func (e *Estimate) Parts() []Part {
 	}
 	sortParts(out)
 	return out
+}
+
+// hostPart names what a model keeps on the host.
+func hostPart(m Model) string {
+	if m.FrozenOffload {
+		return "weights on the host (offload)"
+	}
+	return "optimizer state on the host (offload)"
 }
 
 func sortParts(ps []Part) {
@@ -315,6 +417,7 @@ func trained(name string, c *model.Config, vh bool, dt kernels.DType, lc lora.Co
 	if loraParams > 0 {
 		lmom, _ := optim.StateBytes(loraParams, kernels.F32)
 		m.LoRA = int64(2*loraParams*kernels.F32.Size() + lmom)
+		m.LoRAParams = loraParams
 	}
 	return m, loraLayers, nil
 }
@@ -323,6 +426,25 @@ func trained(name string, c *model.Config, vh bool, dt kernels.DType, lc lora.Co
 func frozen(name string, c *model.Config, vh bool, dt kernels.DType) Model {
 	n := model.ParamCount(c, vh)
 	return Model{Name: name, Params: n, Weights: int64(n * dt.Size())}
+}
+
+// offloadFrozen moves a frozen model's weights to the host
+// (train.OffloadFrozen): its passes bring the parts outside the decoder
+// layers for the whole pass and one layer at a time (model.Units), which
+// Weights then counts (between passes the device holds only the partial
+// chunks at the parts' edges). With noRelease the device keeps the
+// weights too.
+func offloadFrozen(m *Model, c *model.Config, vh bool, dt kernels.DType, noRelease bool) {
+	m.FrozenOffload, m.Host = true, m.Weights
+	if noRelease {
+		return
+	}
+	u := model.Units(c, vh)
+	layer := 0
+	for _, n := range u[1 : len(u)-1] {
+		layer = max(layer, n)
+	}
+	m.Weights = int64((u[0] + layer + u[len(u)-1]) * dt.Size())
 }
 
 // actsSplit returns a shape's activation bytes without and with its
@@ -428,6 +550,17 @@ func (p PPO) Estimate() (*Estimate, error) {
 	}
 	ref := frozen("reference", p.Actor, false, dt)
 	rm := frozen("reward", p.Reward, true, dt)
+	// runPPO loads an offloaded frozen model first and offloads it at
+	// once: loading holds it whole, and after that the trained models.
+	var loadWhole int64
+	if p.OffloadRef {
+		loadWhole = max(loadWhole, ref.Weights)
+		offloadFrozen(&ref, p.Actor, false, dt, p.NoRelease)
+	}
+	if p.OffloadReward {
+		loadWhole = max(loadWhole, rm.Weights)
+		offloadFrozen(&rm, p.Reward, true, dt, p.NoRelease)
+	}
 	actor.Checkpointing, critic.Checkpointing = p.ActorCheckpointing, p.Opts.CriticCheckpointing
 
 	// EMA (ppo.NewTrainer): fp32 of the actor's weights unless the base is
@@ -465,9 +598,13 @@ func (p PPO) Estimate() (*Estimate, error) {
 		}
 	}
 	par.partition(&actor, par.ActorStage)
-	par.partition(&ref, refStage)
+	if !ref.FrozenOffload { // an offloaded one is not partitioned
+		par.partition(&ref, refStage)
+	}
 	par.partition(&critic, par.CriticStage)
-	par.partition(&rm, rewardStage)
+	if !rm.FrozenOffload {
+		par.partition(&rm, rewardStage)
+	}
 
 	// Activations (ppo.Options.ActsPlan), with the other checkpointing
 	// setting for the trained models.
@@ -566,7 +703,7 @@ func (p PPO) Estimate() (*Estimate, error) {
 	}
 	weights := actor.Weights + ref.Weights + critic.Weights + rm.Weights
 	e.Phases = []Phase{
-		{"load", weights + load},
+		{"load", max(weights, loadWhole) + load},
 		{"generate", state + acts + loraActs + gen + fuse + gathered},
 		{"score", state + acts + loraActs + kept + score + gathered},
 		{"train", state + acts + loraActs + kept},

@@ -245,11 +245,11 @@ func TestParallel(t *testing.T) {
 func TestFit(t *testing.T) {
 	s := stage125m(t)
 	e := must(s.Estimate())
-	if got := s.Fit(e.Peak + 1); len(got) == 0 {
+	if got := s.Fit(Budget{Host: e.Peak + 1}); len(got) == 0 {
 		t.Error("a step that fits still gets its cheapest changes (each fits)")
 	}
 	budget := e.Peak - e.Peak/20
-	changes := s.Fit(budget)
+	changes := s.Fit(Budget{Host: budget})
 	if len(changes) == 0 {
 		t.Fatal("no change fits a 5% smaller budget")
 	}
@@ -285,11 +285,11 @@ func TestFit(t *testing.T) {
 	p := PPO{Actor: preset(t, "opt-1.3b"), Critic: preset(t, "opt-350m"), Reward: preset(t, "opt-350m"), DType: kernels.F32,
 		GenBatch: 4, TrainBatch: 4, GenerationBatches: 1, PromptLen: 256, AnswerLen: 256}
 	const gb = 1_000_000_000
-	got := p.Fit(24 * gb)
+	got := p.Fit(Budget{Host: 24 * gb})
 	if len(got) != 1 || got[0].Peak > 24*gb || !strings.Contains(strings.Join(got[0].Flags, " "), "--only-optimize-lora") {
 		t.Errorf("ppo 1.3b fp32 in 24 GB: %v", got)
 	}
-	if got := p.Fit(1 * gb); got != nil {
+	if got := p.Fit(Budget{Host: 1 * gb}); got != nil {
 		t.Errorf("1 GB: %v, want nothing", got)
 	}
 }

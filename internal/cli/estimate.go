@@ -15,6 +15,7 @@ import (
 	"github.com/gochat-ai/gochat/plan"
 	"github.com/gochat-ai/gochat/ppo"
 	"github.com/gochat-ai/gochat/sft"
+	"github.com/gochat-ai/gochat/train"
 )
 
 // estimateOnly marks a step command built for `gochat estimate`: it
@@ -81,26 +82,58 @@ type stepEstimate struct {
 }
 
 func (o *EstimateOptions) stage(so *StageOptions) error {
-	in, err := so.planInput()
+	dev, done, err := o.device()
+	if err != nil {
+		return err
+	}
+	defer done()
+	in, err := so.planInput(dev)
+	in.Parallel.GPU = isGPU(dev)
 	so.offloadOptions.plan(&in.Parallel)
-	return o.one(stepName(so.Step), in, err)
+	return o.one(dev, stepName(so.Step), in, err)
 }
 
 func (o *EstimateOptions) ppo(po *PPOOptions) error {
-	in, err := po.planInput()
+	dev, done, err := o.device()
+	if err != nil {
+		return err
+	}
+	defer done()
+	in, err := po.planInput(dev)
+	in.Parallel.GPU = isGPU(dev)
 	po.offloadOptions.plan(&in.Parallel)
-	return o.one(stepName(3), in, err)
+	return o.one(dev, stepName(3), in, err)
+}
+
+// device opens the device --device names, as the step would (newDevice:
+// auto takes a usable GPU), for what it offers: a GPU's free memory, its
+// dtype choice. done closes it.
+func (o *EstimateOptions) device() (dev kernels.Device, done func(), err error) {
+	if dev, err = newDevice(o.g); err != nil {
+		return nil, nil, err
+	}
+	return dev, func() {
+		if c, ok := dev.(io.Closer); ok {
+			c.Close()
+		}
+	}, nil
+}
+
+// isGPU reports whether dev is a GPU for the planner (gpuMemory).
+func isGPU(dev kernels.Device) bool {
+	_, ok := dev.(gpuMemory)
+	return ok
 }
 
 // planned is a step's planner input: plan.Stage or plan.PPO.
 type planned interface {
 	Estimate() (*plan.Estimate, error)
-	Fit(budget int64) []plan.Change
+	Fit(budget plan.Budget) []plan.Change
 }
 
 // one prints the estimate of one step from its planner input (or the
 // error that made it).
-func (o *EstimateOptions) one(what string, in planned, err error) error {
+func (o *EstimateOptions) one(dev kernels.Device, what string, in planned, err error) error {
 	if err != nil {
 		return err
 	}
@@ -108,7 +141,7 @@ func (o *EstimateOptions) one(what string, in planned, err error) error {
 	if err != nil {
 		return usageError{err}
 	}
-	return o.print([]stepEstimate{{What: what, Estimate: est}}, []func(int64) []plan.Change{in.Fit})
+	return o.print(dev, []stepEstimate{{What: what, Estimate: est}}, []func(plan.Budget) []plan.Change{in.Fit})
 }
 
 func (o *EstimateOptions) train(to *TrainOptions) error {
@@ -116,35 +149,46 @@ func (o *EstimateOptions) train(to *TrainOptions) error {
 	if o.PerGPU && (to.recipe == nil || to.recipe.Budget.IsCPU()) {
 		return usageErrorf("--per-gpu needs a GPU recipe (gochat recipes lists their budgets)")
 	}
-	plans, err := to.planSteps()
+	dev, done, err := o.device()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if o.PerGPU {
+		dev = nil // the recipe's GPUs, not this machine's
+	}
+	plans, err := to.planSteps(dev)
 	if err != nil {
 		return err
 	}
 	var ests []stepEstimate
-	var fits []func(int64) []plan.Change
+	var fits []func(plan.Budget) []plan.Change
 	for _, p := range plans {
 		ests = append(ests, stepEstimate{What: p.what, Estimate: p.est})
 		fits = append(fits, p.fit)
 	}
-	return o.print(ests, fits)
+	return o.print(dev, ests, fits)
 }
 
-// print writes the estimates (with what fits the available memory) as
-// tables or JSON.
-func (o *EstimateOptions) print(ests []stepEstimate, fits []func(int64) []plan.Change) error {
-	mem, memErr := o.g.availableMemory()
+// print writes the estimates (with what fits what the machine offers on
+// dev: stepBudget) as tables or JSON.
+func (o *EstimateOptions) print(dev kernels.Device, ests []stepEstimate, fits []func(plan.Budget) []plan.Change) error {
+	b, memErr := stepBudget(o.g, dev)
 	for i := range ests {
 		if memErr == nil {
-			ests[i].Fits = ests[i].Estimate.Peak <= mem.Available
+			ests[i].Fits = ests[i].Estimate.Fits(b.Budget)
 			if !ests[i].Fits {
-				ests[i].Changes = fits[i](mem.Available)
+				ests[i].Changes = fits[i](b.Budget)
 			}
 		}
 	}
 	if o.JSON {
 		out := map[string]any{"steps": ests}
 		if memErr == nil {
-			out["memory"] = mem
+			out["memory"] = b.mem
+			if b.gpu != "" {
+				out["gpu"] = map[string]any{"name": b.gpu, "free": b.gpuFree, "total": b.gpuAll}
+			}
 		}
 		enc := json.NewEncoder(o.g.Out)
 		enc.SetIndent("", "  ")
@@ -159,9 +203,9 @@ func (o *EstimateOptions) print(ests []stepEstimate, fits []func(int64) []plan.C
 		case memErr != nil:
 			fmt.Fprintf(o.g.Out, "available memory unknown: %v\n", memErr)
 		case e.Fits:
-			fmt.Fprintf(o.g.Out, "fits: %s\n", mem)
+			fmt.Fprintf(o.g.Out, "fits: %s\n", b)
 		default:
-			fmt.Fprintf(o.g.Out, "does not fit: %s\n", mem)
+			fmt.Fprintf(o.g.Out, "does not fit: %s\n", b)
 			if len(e.Changes) == 0 {
 				fmt.Fprintln(o.g.Out, "no change the planner knows of fits")
 			}
@@ -222,15 +266,18 @@ func writeEstimate(w io.Writer, what string, e *plan.Estimate) {
 	if e.Host > 0 {
 		var parts []string
 		for _, m := range e.Models {
-			if m.Host > 0 {
-				parts = append(parts, fmt.Sprintf("%s %s", m.Name, plan.GiB(m.Host)))
+			switch {
+			case m.FrozenOffload:
+				parts = append(parts, fmt.Sprintf("%s %s (weights)", m.Name, plan.GiB(m.Host)))
+			case m.Host > 0:
+				parts = append(parts, fmt.Sprintf("%s %s (optimizer state, host copies of its parameters and gradients)", m.Name, plan.GiB(m.Host)))
 			}
 		}
-		fmt.Fprintf(w, "offloaded to the host (optimizer state, host copies of its parameters and gradients): %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "offloaded to the host: %s\n", strings.Join(parts, ", "))
 	}
 	switch {
-	case e.HostPeak > 0: // a GPU's peak; the host's apart
-		fmt.Fprintf(w, "peak: %s = device %s + runtime %s; host %s = offloaded %s + runtime %s\n", plan.GiB(e.Peak), plan.GiB(e.Device),
+	case e.GPU: // a GPU's peak; the host's apart
+		fmt.Fprintf(w, "peak: GPU %s = device %s + reserve %s; host %s = offloaded %s + runtime %s\n", plan.GiB(e.Peak), plan.GiB(e.Device),
 			plan.GiB(e.Runtime), plan.GiB(e.HostPeak), plan.GiB(e.Host), plan.GiB(plan.Runtime))
 	case e.Host > 0: // the CPU: the host is the device's memory
 		fmt.Fprintf(w, "peak: %s = device %s + offloaded %s + runtime %s + GC headroom %s (on the CPU offload saves nothing)\n", plan.GiB(e.Peak),
@@ -258,7 +305,7 @@ func stepName(n int) string {
 // planInput describes step 1 or 2 for the memory planner: the model's
 // config.json (or a built-in architecture), --dtype, and the flags that
 // size what the step allocates.
-func (o *StageOptions) planInput() (plan.Stage, error) {
+func (o *StageOptions) planInput(dev kernels.Device) (plan.Stage, error) {
 	dir := o.Model
 	if o.modelDir != "" { // resolved (a Hub id's snapshot)
 		dir = o.modelDir
@@ -267,7 +314,7 @@ func (o *StageOptions) planInput() (plan.Stage, error) {
 	if err != nil {
 		return plan.Stage{}, err
 	}
-	dt, err := planDType(o.g, o.DType)
+	dt, err := planDType(o.g, o.DType, dev)
 	if err != nil {
 		return plan.Stage{}, err
 	}
@@ -289,26 +336,26 @@ func (o *StageOptions) planWith(cfg *model.Config, dt kernels.DType) plan.Stage 
 		LoRA: lc, OnlyLoRA: o.OnlyLoRA, FlashAttention: flashAttention(o.g)}
 }
 
-// preflight runs the memory pre-flight of step 1 or 2 (per rank under an
-// MPI launcher).
-func (o *StageOptions) preflight() error {
-	in, err := o.planInput()
+// preflight runs the memory pre-flight of step 1 or 2 on dev (per rank
+// under an MPI launcher).
+func (o *StageOptions) preflight(dev kernels.Device) error {
+	in, err := o.planInput(dev)
 	if err != nil {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
-	in.Parallel = launchParallel(o.ZeROStage, 0, 0)
+	in.Parallel = launchParallel(dev, o.ZeROStage, 0, 0)
 	o.offloadOptions.plan(&in.Parallel)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}
 	}
-	return preflight(o.g, stepName(o.Step), est, in.Fit, o.SkipPreflight)
+	return preflight(o.g, dev, stepName(o.Step), est, in.Fit, o.SkipPreflight)
 }
 
 // planInput describes step 3 for the memory planner: the three models'
 // config.json (or built-in architectures), --dtype, and the flags that
 // size what the step allocates.
-func (o *PPOOptions) planInput() (plan.PPO, error) {
+func (o *PPOOptions) planInput(dev kernels.Device) (plan.PPO, error) {
 	var cfgs [3]*model.Config
 	pick := func(name, resolved string) string {
 		if resolved != "" { // a Hub id's snapshot
@@ -324,15 +371,16 @@ func (o *PPOOptions) planInput() (plan.PPO, error) {
 		}
 		cfgs[i] = c
 	}
-	dt, err := planDType(o.g, o.DType)
+	dt, err := planDType(o.g, o.DType, dev)
 	if err != nil {
 		return plan.PPO{}, err
 	}
-	return o.planWith(cfgs[0], cfgs[1], cfgs[2], dt), nil
+	return o.planWith(cfgs[0], cfgs[1], cfgs[2], dt, dev), nil
 }
 
-// planWith is planInput for given configs and dtype.
-func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType) plan.PPO {
+// planWith is planInput for given configs and dtype, on dev (nil: the
+// CPU).
+func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType, dev kernels.Device) plan.PPO {
 	lc := func(dim int) lora.Config {
 		if dim == 0 {
 			return lora.Config{}
@@ -351,21 +399,22 @@ func (o *PPOOptions) planWith(actor, critic, rm *model.Config, dt kernels.DType)
 		ActorLoRA: lc(o.ActorLoRADim), CriticLoRA: lc(o.CriticLoRADim), OnlyLoRA: o.OnlyLoRA,
 		ActorCheckpointing: o.ActorCkpt, KeepCache: o.KeepCache,
 		Opts: ppo.Options{CriticCheckpointing: o.CriticCkpt, ActorDropout: o.ActorDropout, CriticDropout: o.CriticDropout,
-			EnableEMA: o.EnableEMA}}
+			EnableEMA: o.EnableEMA},
+		OffloadRef: o.OffloadRef, OffloadReward: o.OffloadReward, NoRelease: dev != nil && !train.ReturnsMemory(dev)}
 }
 
-// preflight runs the memory pre-flight of step 3 (per rank under an MPI
-// launcher).
-func (o *PPOOptions) preflight() error {
-	in, err := o.planInput()
+// preflight runs the memory pre-flight of step 3 on dev (per rank under
+// an MPI launcher).
+func (o *PPOOptions) preflight(dev kernels.Device) error {
+	in, err := o.planInput(dev)
 	if err != nil {
 		return skipUnplanned(o.g, err, o.SkipPreflight)
 	}
-	in.Parallel = launchParallel(0, o.ActorZeRO, o.CriticZeRO)
+	in.Parallel = launchParallel(dev, 0, o.ActorZeRO, o.CriticZeRO)
 	o.offloadOptions.plan(&in.Parallel)
 	est, err := in.Estimate()
 	if err != nil {
 		return usageError{err}
 	}
-	return preflight(o.g, stepName(3), est, in.Fit, o.SkipPreflight)
+	return preflight(o.g, dev, stepName(3), est, in.Fit, o.SkipPreflight)
 }

@@ -173,7 +173,7 @@ func TestRecipesFitTheirBudgets(t *testing.T) {
 			g := &Globals{Out: &errb, Err: &errb}
 			o := &TrainOptions{g: g, recipe: r, Recipe: name, Actor: r.Actor, Reward: r.Reward, Steps: []int{1, 2, 3},
 				DType: "auto", Seed: 1234, perGPU: !b.IsCPU()}
-			plans, err := o.planSteps()
+			plans, err := o.planSteps(nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -78,9 +78,11 @@ func newHostDevice(g *Globals, dev kernels.Device) (kernels.Device, error) {
 }
 
 // plan sets the planner's offload settings from the flags (a recipe's
-// offload under later: is parsed into them too).
+// offload under later: is parsed into them too). --offload-ratio 0
+// offloads nothing (train.Offload.Enabled), where the planner's 0 means
+// everything.
 func (o *offloadOptions) plan(p *plan.Parallel) {
-	if o.Offload {
+	if o.Offload && o.OffloadRatio > 0 {
 		p.Offload, p.OffloadRatio = true, o.OffloadRatio
 	}
 }

@@ -290,7 +290,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 			return usageErrorf("--output-dir %s already holds a step-3 result; pass --overwrite to replace it", o.OutputDir)
 		}
 	}
-	if err := resolveAndPreflight(o.g, o.Revision, o.resolveModels, o.preflight,
+	if err := resolveAndPreflight(o.g, o.Revision, o.resolveModels, func() error { return o.preflight(dev) },
 		[2]string{"--actor", o.Actor}, [2]string{"--critic", o.Critic}, [2]string{"--reward", o.Reward}); err != nil {
 		return err
 	}
@@ -332,22 +332,6 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	load := func(dir, vh string) (*model.Model, error) {
 		return model.Load(dev, dir, model.LoadOptions{ValueHead: vh, ValueHeadSeed: o.Seed, DType: wdt})
 	}
-	actor, err := load(o.actorDir, "no")
-	if err != nil {
-		return err
-	}
-	ref, err := load(o.actorDir, "no")
-	if err != nil {
-		return err
-	}
-	critic, err := load(o.criticDir, "yes")
-	if err != nil {
-		return err
-	}
-	rm, err := load(o.rewardDir, "require")
-	if err != nil {
-		return err
-	}
 	// One host device for everything offloaded.
 	var host kernels.Device
 	if o.Offload || o.OffloadRef || o.OffloadReward {
@@ -355,24 +339,54 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 			return err
 		}
 	}
-	for _, x := range []struct {
-		on   bool
-		m    *model.Model
-		name string
-	}{{o.OffloadRef, ref, "reference"}, {o.OffloadReward, rm, "reward"}} {
-		if !x.on {
-			continue
+	// A frozen model offloaded to the host is loaded before the others and
+	// offloaded at once, so that the device never holds it whole beside
+	// them (the memory planner counts on it).
+	loadFrozen := func(dir, vh, name string, offload bool) (*model.Model, error) {
+		m, err := load(dir, vh)
+		if err != nil || !offload {
+			return m, err
 		}
-		f, err := train.OffloadFrozen(host, x.m, dev)
+		f, err := train.OffloadFrozen(host, m, dev)
 		if err != nil {
-			return fmt.Errorf("--offload-%s-model: %w", x.name, err)
+			return nil, fmt.Errorf("--offload-%s-model: %w", name, err)
 		}
 		ev := log.Info()
 		if !f.Saves() {
 			ev = log.Warn()
 		}
-		ev.Str("model", x.name).Int64("host_bytes", f.HostBytes()).Bool("device_memory_saved", f.Saves()).
-			Msgf("offload: the %s model's weights live on the host, each layer copied to the device as it runs", x.name)
+		ev.Str("model", name).Int64("host_bytes", f.HostBytes()).Bool("device_memory_saved", f.Saves()).
+			Msgf("offload: the %s model's weights live on the host, each layer copied to the device as it runs", name)
+		return m, nil
+	}
+	var ref, rm *model.Model
+	if o.OffloadRef {
+		if ref, err = loadFrozen(o.actorDir, "no", "reference", true); err != nil {
+			return err
+		}
+	}
+	if o.OffloadReward {
+		if rm, err = loadFrozen(o.rewardDir, "require", "reward", true); err != nil {
+			return err
+		}
+	}
+	actor, err := load(o.actorDir, "no")
+	if err != nil {
+		return err
+	}
+	if ref == nil {
+		if ref, err = load(o.actorDir, "no"); err != nil {
+			return err
+		}
+	}
+	critic, err := load(o.criticDir, "yes")
+	if err != nil {
+		return err
+	}
+	if rm == nil {
+		if rm, err = load(o.rewardDir, "require"); err != nil {
+			return err
+		}
 	}
 	var actorLoRA, criticLoRA *lora.LoRA
 	if o.ActorLoRADim > 0 {

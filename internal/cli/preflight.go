@@ -34,14 +34,60 @@ func (g *Globals) availableMemory() (plan.Memory, error) {
 	return m.Share(mpi.DetectLaunch().LocalSize), nil
 }
 
-// launchParallel is how an MPI launcher started this step, for the
+// launchParallel is how an MPI launcher started this step on dev, for the
 // planner: its ranks with the given ZeRO stages (one process outside
-// one).
-func launchParallel(stage, actorStage, criticStage int) plan.Parallel {
+// one), on a GPU when dev is one (gpuMemory).
+func launchParallel(dev kernels.Device, stage, actorStage, criticStage int) plan.Parallel {
+	_, gpu := dev.(gpuMemory)
 	if l := mpi.DetectLaunch(); l.Launched() && l.Size > 1 {
-		return plan.Parallel{Ranks: l.Size, Stage: stage, ActorStage: actorStage, CriticStage: criticStage, Gochat: true}
+		return plan.Parallel{Ranks: l.Size, Stage: stage, ActorStage: actorStage, CriticStage: criticStage, Gochat: true, GPU: gpu}
 	}
-	return plan.Parallel{}
+	return plan.Parallel{GPU: gpu}
+}
+
+// gpuMemory is a GPU whose memory the pre-flight reads: kernels/cuda's
+// Device (MemInfo: the driver's cuMemGetInfo), or a test's stand-in. The
+// planner treats a device without it as the CPU, whose memory is the
+// host's.
+type gpuMemory interface {
+	kernels.Device
+	MemInfo() (free, total int64, err error)
+}
+
+// budget is what the machine offers a step on its device: host memory,
+// and on a GPU the GPU's free memory (read after the device is open, so
+// gochat's CUDA context is not in it; plan.GPUReserve is the margin kept
+// for what the planner does not count).
+type budget struct {
+	plan.Budget
+	mem             plan.Memory
+	gpu             string // the GPU's name; "" on the CPU
+	gpuFree, gpuAll int64
+}
+
+// stepBudget reads what the machine offers a step on dev (nil: the CPU).
+func stepBudget(g *Globals, dev kernels.Device) (budget, error) {
+	mem, err := g.availableMemory()
+	if err != nil {
+		return budget{}, err
+	}
+	b := budget{Budget: plan.Budget{Host: mem.Available}, mem: mem}
+	if gm, ok := dev.(gpuMemory); ok {
+		free, total, err := gm.MemInfo()
+		if err != nil {
+			return budget{}, fmt.Errorf("free memory of %s: %w", gm.Name(), err)
+		}
+		b.GPU, b.gpu, b.gpuFree, b.gpuAll = free, gm.Name(), free, total
+	}
+	return b, nil
+}
+
+// String describes the budget for a message.
+func (b budget) String() string {
+	if b.gpu == "" {
+		return b.mem.String()
+	}
+	return fmt.Sprintf("GPU %s: %s free of %s; host: %s", b.gpu, plan.GiB(b.gpuFree), plan.GiB(b.gpuAll), b.mem)
 }
 
 // modelConfig is the architecture of the model a flag names, all the
@@ -106,41 +152,45 @@ func resolveAndPreflight(g *Globals, revision string, resolve, preflight func() 
 	return preflight()
 }
 
-// planDType is the parameters' type a step will use for --dtype (auto
-// picks bf16 where the CPU computes it natively), decided without logging.
-func planDType(g *Globals, name string) (kernels.DType, error) {
-	dev, err := newCPU(g)
-	if err != nil {
-		return 0, err
+// planDType is the parameters' type a step on dev will use for --dtype
+// (auto picks bf16 where the device computes it natively; nil dev: the
+// CPU), decided without logging.
+func planDType(g *Globals, name string, dev kernels.Device) (kernels.DType, error) {
+	if dev == nil {
+		c, err := newCPU(g)
+		if err != nil {
+			return 0, err
+		}
+		dev = c
 	}
 	return pickDType(name, dev)
 }
 
 // preflight is a step's memory check before it loads anything: it logs
-// the planner's estimate against the available memory, tunes the garbage
-// collector (tuneGC), and refuses a step whose estimated peak exceeds the
-// available memory, naming its largest parts and the changes that would
-// fit (fit), unless skip (--skip-preflight).
-func preflight(g *Globals, what string, est *plan.Estimate, fit func(budget int64) []plan.Change, skip bool) error {
-	mem, err := g.availableMemory()
+// the planner's estimate against what the machine offers the step on dev
+// (stepBudget: on a GPU its free memory and the host's apart, on the CPU
+// the host's), tunes the garbage collector (tuneGC), and refuses a step
+// that does not fit, naming which memory, its largest parts and the
+// changes that would fit both (fit), unless skip (--skip-preflight).
+func preflight(g *Globals, dev kernels.Device, what string, est *plan.Estimate, fit func(plan.Budget) []plan.Change, skip bool) error {
+	b, err := stepBudget(g, dev)
 	if err != nil {
 		g.Log.Warn().Err(err).Str("step", what).Int64("estimated_peak_bytes", est.Peak).Msg("memory pre-flight skipped: the available memory is unknown")
 		return nil
 	}
-	tuneGC(g, mem)
-	g.Log.Info().Str("step", what).Str("dtype", est.DType).Int64("estimated_peak_bytes", est.Peak).
-		Int64("host_state_bytes", est.Host).Int64("available_bytes", mem.Available).
-		Msgf("memory plan: estimated peak %s of %s", plan.GiB(est.Peak), mem)
-	// The host memory holds the peak, and, where the estimate keeps
-	// ZeRO-Offload's host state apart from a GPU's peak, that state too.
-	need := est.Peak
-	if est.HostPeak > 0 {
-		need += est.Host
+	tuneGC(g, b.mem)
+	ev := g.Log.Info().Str("step", what).Str("dtype", est.DType).Int64("estimated_peak_bytes", est.Peak).
+		Int64("host_state_bytes", est.Host).Int64("available_bytes", b.mem.Available)
+	if est.GPU {
+		ev.Int64("estimated_host_peak_bytes", est.HostPeak).Int64("gpu_free_bytes", b.GPU).
+			Msgf("memory plan: estimated GPU peak %s, host %s; %s", plan.GiB(est.Peak), plan.GiB(est.HostPeak), b)
+	} else {
+		ev.Msgf("memory plan: estimated peak %s of %s", plan.GiB(est.Peak), b)
 	}
-	if need <= mem.Available {
+	if est.Fits(b.Budget) {
 		return nil
 	}
-	msg := refusal(what, est, mem, fit(mem.Available))
+	msg := refusal(what, est, b, fit(b.Budget))
 	if skip {
 		g.Log.Warn().Msg(msg + " (--skip-preflight: running anyway)")
 		return nil
@@ -148,36 +198,62 @@ func preflight(g *Globals, what string, est *plan.Estimate, fit func(budget int6
 	return usageError{errors.New(msg + "; or pass --skip-preflight to run anyway")}
 }
 
-// refusal says why a step does not fit and what would.
-func refusal(what string, est *plan.Estimate, mem plan.Memory, changes []plan.Change) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s does not fit in memory: estimated peak %s, %s.", what, plan.GiB(est.Peak), mem)
-	parts := est.Parts()
+// refusal says why a step does not fit (which memory: a GPU's, the
+// host's) and what would.
+func refusal(what string, est *plan.Estimate, b budget, changes []plan.Change) string {
+	var s strings.Builder
+	over, hostNeed := est.Over(b.Budget)
+	switch {
+	case !est.GPU || b.gpu == "":
+		fmt.Fprintf(&s, "%s does not fit in memory: estimated peak %s, %s.", what, plan.GiB(est.Peak), b.mem)
+	default:
+		which := map[plan.Overrun]string{{GPU: true}: "GPU memory", {Host: true}: "host memory", {GPU: true, Host: true}: "GPU or host memory"}[over]
+		verdict := func(o bool) string {
+			if o {
+				return "does not fit"
+			}
+			return "fits"
+		}
+		fmt.Fprintf(&s, "%s does not fit in %s: GPU %s: %s needed (device peak %s + %s reserve), %s free of %s (%s); host: %s needed, %s (%s).",
+			what, which, b.gpu, plan.GiB(est.Peak), plan.GiB(est.Device), plan.GiB(est.Runtime), plan.GiB(b.gpuFree), plan.GiB(b.gpuAll),
+			verdict(over.GPU), plan.GiB(hostNeed), b.mem, verdict(over.Host))
+	}
+	// The parts of the memory that does not fit: on a GPU, what the host
+	// holds apart from the rest.
+	var parts []plan.Part
+	for _, p := range est.Parts() {
+		onHost := strings.Contains(p.Name, "on the host")
+		if !est.GPU || (over.GPU && !onHost) || (over.Host && onHost) {
+			parts = append(parts, p)
+		}
+	}
 	if len(parts) > 6 {
 		parts = parts[:6]
 	}
-	b.WriteString(" Largest parts:")
+	if len(parts) > 0 {
+		s.WriteString(" Largest parts:")
+	}
 	for i, p := range parts {
 		if i > 0 {
-			b.WriteString(",")
+			s.WriteString(",")
 		}
-		fmt.Fprintf(&b, " %s %s", p.Name, plan.GiB(p.Bytes))
+		fmt.Fprintf(&s, " %s %s", p.Name, plan.GiB(p.Bytes))
 	}
 	switch {
 	case len(changes) == 0:
-		b.WriteString(". No change the planner knows of fits (gochat estimate shows the parts); use a machine with more memory")
+		s.WriteString(". No change the planner knows of fits (gochat estimate shows the parts); use a machine with more memory")
 	case len(changes) == 1:
-		fmt.Fprintf(&b, ". What would fit: %s", changes[0])
+		fmt.Fprintf(&s, ". What would fit: %s", changes[0])
 	default:
-		b.WriteString(". Each of these would fit, least change to training first:")
+		s.WriteString(". Each of these would fit, least change to training first:")
 		for i, c := range changes {
 			if i > 0 {
-				b.WriteString(";")
+				s.WriteString(";")
 			}
-			fmt.Fprintf(&b, " %s", c)
+			fmt.Fprintf(&s, " %s", c)
 		}
 	}
-	return b.String()
+	return s.String()
 }
 
 // tuneGC sets the garbage collector up for a training step, unless the

@@ -302,7 +302,7 @@ func runStage(ctx context.Context, o *StageOptions) (err error) {
 		o.modelDir, o.tokDir, err = resolveModelTokenizer(o.g, o.Model, o.Tokenizer, o.Revision)
 		return err
 	}
-	if err := resolveAndPreflight(o.g, o.Revision, resolve, o.preflight, [2]string{"--model", o.Model}); err != nil {
+	if err := resolveAndPreflight(o.g, o.Revision, resolve, func() error { return o.preflight(dev) }, [2]string{"--model", o.Model}); err != nil {
 		return err
 	}
 	// The tokenizer and the chat template come first: the template is part

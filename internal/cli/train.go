@@ -240,7 +240,7 @@ func runTrain(o *TrainOptions) (err error) {
 	if err := o.setup(); err != nil {
 		return err
 	}
-	if err := o.preflight(); err != nil {
+	if err := o.preflight(dev); err != nil {
 		return err
 	}
 	if ranks.writer() {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/model"
 	"github.com/gochat-ai/gochat/plan"
 	"github.com/gochat-ai/gochat/recipes"
@@ -16,15 +17,16 @@ type stepPlan struct {
 	n    int
 	what string
 	est  *plan.Estimate
-	fit  func(budget int64) []plan.Change
+	fit  func(plan.Budget) []plan.Change
 }
 
 // planSteps estimates the memory of every step `gochat train` will run
 // (complete steps are skipped unless --force), from the steps' own parsed
 // flags (the recipe's under the command line's) and the models' configs:
 // step 3's actor is step 1's output, so it has --actor's architecture;
-// its critic, step 2's output, has --reward's.
-func (o *TrainOptions) planSteps() ([]stepPlan, error) {
+// its critic, step 2's output, has --reward's. dev is the device the steps
+// run on (nil: the CPU, or with perGPU the recipe's GPUs).
+func (o *TrainOptions) planSteps(dev kernels.Device) ([]stepPlan, error) {
 	if err := o.setup(); err != nil {
 		return nil, err
 	}
@@ -46,12 +48,12 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 			if err != nil {
 				return nil, err
 			}
-			dt, err := planDType(o.g, so.stage.DType)
+			dt, err := planDType(o.g, so.stage.DType, dev)
 			if err != nil {
 				return nil, err
 			}
 			in := so.stage.planWith(cfg, dt)
-			in.Parallel = o.parallel(n, launchParallel(so.stage.ZeROStage, 0, 0))
+			in.Parallel = o.parallel(n, launchParallel(dev, so.stage.ZeROStage, 0, 0))
 			so.stage.offloadOptions.plan(&in.Parallel)
 			p.est, err = in.Estimate()
 			if err != nil {
@@ -67,12 +69,12 @@ func (o *TrainOptions) planSteps() ([]stepPlan, error) {
 				}
 				cfgs[i] = c
 			}
-			dt, err := planDType(o.g, so.ppo.DType)
+			dt, err := planDType(o.g, so.ppo.DType, dev)
 			if err != nil {
 				return nil, err
 			}
-			in := so.ppo.planWith(cfgs[0], cfgs[1], cfgs[2], dt)
-			in.Parallel = o.parallel(n, launchParallel(0, so.ppo.ActorZeRO, so.ppo.CriticZeRO))
+			in := so.ppo.planWith(cfgs[0], cfgs[1], cfgs[2], dt, dev)
+			in.Parallel = o.parallel(n, launchParallel(dev, 0, so.ppo.ActorZeRO, so.ppo.CriticZeRO))
 			so.ppo.offloadOptions.plan(&in.Parallel)
 			p.est, err = in.Estimate()
 			if err != nil {
@@ -101,7 +103,7 @@ func (o *TrainOptions) parallel(n int, here plan.Parallel) plan.Parallel {
 		return i
 	}
 	off, _ := recipes.FlagValue(r.Later[step]["offload"])
-	return plan.Parallel{Ranks: r.Budget.Ranks(), Stage: num("zero-stage"), ActorStage: num("actor-zero-stage"),
+	return plan.Parallel{Ranks: r.Budget.Ranks(), GPU: true, Stage: num("zero-stage"), ActorStage: num("actor-zero-stage"),
 		CriticStage: num("critic-zero-stage"), Offload: off == "true", InferenceTP: num("inference-tp-size")}
 }
 
@@ -126,32 +128,39 @@ func (o *TrainOptions) configOf(flag, dir string, depth int) (*model.Config, err
 	return modelConfig(o.g, flag, dir, o.Revision)
 }
 
-// preflight checks every step to run against the available memory before
-// step 1 starts, so that a step 3 that cannot fit is refused before hours
-// of steps 1 and 2; each step checks itself again when it starts.
-func (o *TrainOptions) preflight() error {
-	plans, err := o.planSteps()
+// preflight checks every step to run on dev against what the machine
+// offers (stepBudget) before step 1 starts, so that a step 3 that cannot
+// fit is refused before hours of steps 1 and 2; each step checks itself
+// again when it starts.
+func (o *TrainOptions) preflight(dev kernels.Device) error {
+	plans, err := o.planSteps(dev)
 	if err != nil {
 		return err
 	}
-	mem, err := o.g.availableMemory()
+	b, err := stepBudget(o.g, dev)
 	if err != nil {
 		o.g.Log.Warn().Err(err).Msg("memory pre-flight skipped: the available memory is unknown")
 		return nil
 	}
-	ev := o.g.Log.Info().Int64("available_bytes", mem.Available)
+	ev := o.g.Log.Info().Int64("available_bytes", b.mem.Available)
+	if b.gpu != "" {
+		ev = ev.Int64("gpu_free_bytes", b.GPU)
+	}
 	var worst *stepPlan
 	for i, p := range plans {
 		ev = ev.Int64(fmt.Sprintf("step%d_peak_bytes", p.n), p.est.Peak)
-		if p.est.Peak > mem.Available && worst == nil {
+		if p.est.GPU {
+			ev = ev.Int64(fmt.Sprintf("step%d_host_peak_bytes", p.n), p.est.HostPeak)
+		}
+		if !p.est.Fits(b.Budget) && worst == nil {
 			worst = &plans[i]
 		}
 	}
-	ev.Msgf("memory plan of the steps to run (gochat estimate train shows the tables); %s", mem)
+	ev.Msgf("memory plan of the steps to run (gochat estimate train shows the tables); %s", b)
 	if worst == nil {
 		return nil
 	}
-	msg := refusal(worst.what, worst.est, mem, worst.fit(mem.Available))
+	msg := refusal(worst.what, worst.est, b, worst.fit(b.Budget))
 	if o.SkipPreflight {
 		o.g.Log.Warn().Msg(msg + " (--skip-preflight: running anyway)")
 		return nil
@@ -223,7 +232,7 @@ func (o *TrainOptions) chooseRecipe(actor, rm *model.Config, hw recipes.Hardware
 		c := *o
 		c.recipe, c.ready, c.SkipPreflight, c.perGPU = r, false, false, !r.Budget.IsCPU()
 		c.Steps = []int{1, 2, 3}
-		plans, err := c.planSteps()
+		plans, err := c.planSteps(nil)
 		if err != nil {
 			return "", "", fmt.Errorf("recipe %s: %w", n, err)
 		}

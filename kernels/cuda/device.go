@@ -313,6 +313,17 @@ func (d *Device) CacheStats() (inUse, cached, reserved, peak int64) {
 	return inUse, cached, a.reserved + d.vmmBytes(), a.peak
 }
 
+// MemInfo reports the GPU's free and total memory as the driver sees it
+// (cuMemGetInfo, in bytes; free counts neither this context's allocations
+// nor its allocator's cache, which it can give back).
+func (d *Device) MemInfo() (free, total int64, err error) {
+	free, total, err = d.g.memInfo()
+	if err != nil {
+		return 0, 0, fmt.Errorf("cuda: %s: %w", d.name, err)
+	}
+	return free, total, nil
+}
+
 // buffer returns b as this device's buffer, or panics.
 func (d *Device) buffer(op, name string, b kernels.Buffer) *Buffer {
 	cb, ok := b.(*Buffer)

@@ -335,3 +335,22 @@ func TestStreamAndAddr(t *testing.T) {
 		t.Error("StreamDone after a deferred error: no error")
 	}
 }
+
+// TestMemInfo: the device reports the driver's free and total memory, and
+// free drops by the rounded block of an allocation (the caching allocator
+// holds it from the device).
+func TestMemInfo(t *testing.T) {
+	d, _ := newFakeDevice(t, 64<<20)
+	free, total, err := d.MemInfo()
+	if err != nil || total != 64<<20 || free != total {
+		t.Fatalf("MemInfo = %d, %d, %v; want all 64 MiB free", free, total, err)
+	}
+	b, err := d.Alloc(kernels.F32, (3<<20)/4) // 3 MiB: a 4 MiB block
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Free(b)
+	if f, _, _ := d.MemInfo(); f != free-4<<20 {
+		t.Errorf("free after a 3 MiB buffer: %d, want %d", f, free-4<<20)
+	}
+}

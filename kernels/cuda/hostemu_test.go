@@ -24,31 +24,7 @@ import (
 // their speed, nor NVRTC's compilation: gpu-check.sh runs the conformance
 // suite on a GPU). It skips when there is no C++20 g++.
 func TestFlashKernelsOnHostEmulation(t *testing.T) {
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ to build the emulation with")
-	}
-	var src bytes.Buffer
-	for _, f := range []string{"testdata/host_emu.h", "", "testdata/flash_emu_main.cpp"} {
-		if f == "" {
-			src.WriteString(programSource())
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		src.Write(b)
-		src.WriteByte('\n')
-	}
-	dir := t.TempDir()
-	cpp, bin := filepath.Join(dir, "emu.cpp"), filepath.Join(dir, "emu")
-	if err := os.WriteFile(cpp, src.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-w", "-o", bin, cpp).CombinedOutput(); err != nil {
-		t.Skipf("g++ -std=c++20 could not build the emulation: %v\n%s", err, out)
-	}
+	bin := buildEmulation(t, "testdata/flash_emu_main.cpp")
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, s := range []struct{ b, t, nh, nkv, hs int }{{2, 19, 4, 2, 16}, {1, 9, 3, 3, 8}, {2, 17, 2, 1, 32}, {1, 1, 1, 1, 8}} {
 		w, cq := (s.nh+2*s.nkv)*s.hs, s.nh*s.hs
@@ -113,6 +89,40 @@ func TestFlashKernelsOnHostEmulation(t *testing.T) {
 			}
 		}
 	}
+}
+
+// buildEmulation compiles the NVRTC program under testdata/host_emu.h
+// with the driver main (a testdata/*_main.cpp) into a binary in a
+// temporary folder and returns its path; it skips the test when there is
+// no C++20 g++.
+func buildEmulation(t *testing.T, main string) string {
+	t.Helper()
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ to build the emulation with")
+	}
+	var src bytes.Buffer
+	for _, f := range []string{"testdata/host_emu.h", "", main} {
+		if f == "" {
+			src.WriteString(programSource())
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+		src.WriteByte('\n')
+	}
+	dir := t.TempDir()
+	cpp, bin := filepath.Join(dir, "emu.cpp"), filepath.Join(dir, "emu")
+	if err := os.WriteFile(cpp, src.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-w", "-o", bin, cpp).CombinedOutput(); err != nil {
+		t.Skipf("g++ -std=c++20 could not build the emulation: %v\n%s", err, out)
+	}
+	return bin
 }
 
 func randn(rng *rand.Rand, n int) []float32 {

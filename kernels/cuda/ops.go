@@ -288,8 +288,11 @@ func (d *Device) GQAAttentionDecode(out, qkv, kcache, vcache, mask kernels.Buffe
 }
 
 // decode writes the new keys and values into the caches (element (b, g,
-// pos, d) at b·cb + g·ch + pos·cp + d), then runs the forward kernel over
-// the cache with the probabilities in scratch.
+// pos, d) at b·cb + g·ch + pos·cp + d), then runs flash decoding over the
+// cache (k_flash_decode): no [tn, t0+tn] scores. When there are few query
+// tiles for a long cache, the keys are split over several blocks per
+// query tile and merged by k_flash_decode_combine through a scratch of
+// nsplit·B·NH·tn·(HS+2) floats (decodeSplits).
 func (d *Device) decode(op string, out, qkv, kcache, vcache, mask kernels.Buffer, b, tn, t0, tmax, nh, nkv, hs int, cb, ch, cp int64) {
 	ck := check{d, op}
 	ck.attnGeom(b, tn, nh, nkv, hs)
@@ -308,14 +311,39 @@ func (d *Device) decode(op string, out, qkv, kcache, vcache, mask kernels.Buffer
 	}
 	d.launchN(kKVCacheWrite, b*tn*nkv*hs, ptr(kc), ptr(vc), ptr(x), i32(b), i32(tn), i32(t0),
 		i32(nh), i32(nkv), i32(hs), i64(int(cb)), i64(int(ch)), i64(int(cp)))
-	nk := t0 + tn
-	att := d.scratch(op, int64(4*b*nh*tn*nk))
-	defer d.release(att)
-	d.launch(kAttnFwd, dim3{uint32(tn), uint32(nh), uint32(b)}, dim3{attThreads, 1, 1},
-		ptr(o), rawPtr(att.ptr), ptr(x), ptr(kc), ptr(vc), ptr(m),
-		i32(tn), i32(t0), i32(nk), i32(nh), i32(nkv), i32(hs),
+	ntiles := (tn + decTQ - 1) / decTQ
+	nsplit, chunk := decodeSplits(b, tn, t0+tn, nh)
+	var part scratch
+	if nsplit > 1 {
+		part = d.scratch(op, int64(4*nsplit*b*nh*tn*(hs+2)))
+		defer d.release(part)
+	}
+	d.launch(kFlashDecode, dim3{uint32(ntiles * nsplit), uint32(nh), uint32(b)}, dim3{decThreads, 1, 1},
+		ptr(o), rawPtr(part.ptr), ptr(x), ptr(kc), ptr(vc), ptr(m),
+		i32(tn), i32(t0), i32(nh), i32(nkv), i32(hs),
 		i64(tn*w), i32(w), i64(int(cb)), i64(int(ch)), i64(int(cp)),
-		i32(nh*hs), i32(tmax), f32(attnScale(hs)))
+		i32(nh*hs), i32(tmax), i32(nsplit), i32(chunk), f32(attnScale(hs)))
+	if nsplit > 1 {
+		d.launchN(kFlashDecodeCombine, b*nh*tn*hs, ptr(o), rawPtr(part.ptr), i32(b), i32(tn), i32(nh), i32(hs),
+			i32(nh*hs), i32(nsplit))
+	}
+}
+
+// decodeSplits chooses split-K for flash decoding of tn queries over nk
+// cache positions: nsplit blocks per query tile, each over chunk keys (a
+// multiple of decTK; nsplit·chunk >= nk). It splits only when the grid
+// would hold fewer than decTargetBlocks blocks and every split gets at
+// least decMinChunk keys, and never into more than decMaxSplits; nsplit =
+// 1 (chunk = nk) otherwise.
+func decodeSplits(b, tn, nk, nh int) (nsplit, chunk int) {
+	blocks := (tn + decTQ - 1) / decTQ * nh * b
+	nsplit = min((decTargetBlocks+blocks-1)/max(blocks, 1), nk/decMinChunk, decMaxSplits)
+	if nsplit <= 1 {
+		return 1, nk
+	}
+	chunk = (nk + nsplit - 1) / nsplit
+	chunk = (chunk + decTK - 1) / decTK * decTK
+	return (nk + chunk - 1) / chunk, chunk
 }
 
 // headLayout checks a (Head)RMSNorm layout: n rows of ld elements, g

@@ -96,6 +96,10 @@ func opCalls(e opsEnv) []struct {
 		{"GQAAttentionDecode", func() {
 			d.GQAAttentionDecode(e.f(b*nh*hs), e.f(b*w), e.f(b*nkv*tmax*hs), e.f(b*nkv*tmax*hs), nil, b, 1, 4, tmax, nh, nkv, hs)
 		}},
+		{"GQAAttentionDecode", func() { // one token over a long cache: split over the keys
+			const long = 1024
+			d.GQAAttentionDecode(e.f(nh*hs), e.f(w), e.f(nkv*long*hs), e.f(nkv*long*hs), e.i(long), 1, 1, long-24, long, nh, nkv, hs)
+		}},
 		{"DropoutForward", func() { x := e.f(n); d.DropoutForward(x, e.f(n), x, 0.1, 42, n) }},
 		{"CrossEntropyForward", func() { d.CrossEntropyForward(e.f(n), e.f(n*v), e.i(n), n, v, -100) }},
 		{"CrossEntropyBackward", func() {
@@ -223,3 +227,35 @@ func TestOpsMethodsListed(t *testing.T) {
 }
 
 func opsType() reflect.Type { return reflect.TypeFor[kernels.Ops]() }
+
+// TestDecodeScratch: decoding a prompt of T tokens takes no scratch (the
+// scores were a [B,NH,T,T] one), and one token over a long cache only its
+// split-K partial results, NSPLIT·B·NH·(HS+2) floats.
+func TestDecodeScratch(t *testing.T) {
+	d, g := newFakeDevice(t, 1<<30)
+	e := opsEnv{t, d, g}
+	const b, nh, nkv, hs, tmax = 1, 4, 2, 16, 1024
+	w := (nh + 2*nkv) * hs
+	kc, vc, mask := e.f(b*nkv*tmax*hs), e.f(b*nkv*tmax*hs), e.i(b*tmax)
+	qkv, out := e.f(b*tmax*w), e.f(b*tmax*nh*hs)
+	for _, c := range []struct {
+		name   string
+		tn, t0 int
+		want   int64 // the most scratch bytes
+	}{
+		{"prefill", tmax, 0, 0},
+		{"one token", 1, tmax - 1, 4 * decMaxSplits * b * nh * (hs + 2)},
+	} {
+		_, _, _, before := d.CacheStats()
+		inUse0, _, _, _ := d.CacheStats()
+		d.GQAAttentionDecode(out, qkv, kc, vc, mask, b, c.tn, c.t0, tmax, nh, nkv, hs)
+		if err := d.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, after := d.CacheStats()
+		inUse, _, _, _ := d.CacheStats()
+		if after-before > c.want || inUse != inUse0 {
+			t.Errorf("%s: the peak grew by %d bytes (at most %d), %d bytes in use after (%d before)", c.name, after-before, c.want, inUse, inUse0)
+		}
+	}
+}

@@ -100,7 +100,8 @@ func TestProgramSource(t *testing.T) {
 	for _, c := range []struct {
 		def  string
 		want int
-	}{{"MAX_HS", maxHS}, {"ATT_THREADS", attThreads}} {
+	}{{"MAX_HS", maxHS}, {"ATT_THREADS", attThreads}, {"FLASH_TQ", flashTQ}, {"FLASH_TK", flashTK}, {"FLASH_THREADS", flashThreads},
+		{"DEC_TQ", decTQ}, {"DEC_TK", decTK}, {"DEC_THREADS", decThreads}} {
 		re := regexp.MustCompile(`#define ` + c.def + ` (\d+)`)
 		m := re.FindStringSubmatch(src)
 		if m == nil || m[1] != strconv.Itoa(c.want) {

@@ -2,6 +2,7 @@ package kerneltest
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gochat-ai/gochat/kernels"
 )
@@ -261,7 +262,7 @@ func testGQAAttentionDecode(e *Env) {
 			kc, vc := newCaches()
 			out := e.NaNs(s.b * s.t * cq)
 			e.Dev.GQAAttentionDecode(out, e.F32(qkv), kc, vc, mb, s.b, s.t, 0, tmax, s.nh, s.nkv, s.hs)
-			e.Close(name+" t0=0 tn=T vs GQAAttentionForward", e.Read(out), F64(full), 1e-6)
+			e.Close(name+" t0=0 tn=T vs GQAAttentionForward", e.Read(out), F64(full), RTol) // as in testAttentionDecode
 			kcache, vcache := e.Read(kc), e.Read(vc)
 			for bi := range s.b {
 				for kv := range s.nkv {
@@ -487,5 +488,67 @@ func testBF16HeadRMSNorm(e *Env) {
 		rdx, rdw := RefRMSNormBackward(h.headsOf(F64(dout)), h.headsOf(F64(x)), F64(rw), h.n*h.g, h.c, eps)
 		e.Close(name+" dinp in place", e.Read(db), h.withHeads(F64(dout), rdx), RTol)
 		e.Close(name+" dweight (accumulated)", e.Read(dw), add64(rdw, F64(dw0)), RTol)
+	}
+}
+
+// testDecodeLongCache runs AttentionDecode and GQAAttentionDecode for one
+// and for three new tokens after a long cache (where a backend may split
+// the keys over several blocks: CUDA's split-K flash decoding), against
+// the float64 references, with left padding and a batch row that is
+// padding only (its queries fully masked: uniform over every key). Cache
+// positions past the new tokens hold NaN and must not be read.
+func testDecodeLongCache(e *Env) {
+	const b, nh, hs, t0, tmax = 2, 4, 32, 1500, 1504
+	for _, nkv := range []int{nh, 2} { // nkv = nh: AttentionDecode's OPT layout
+		w, kvw := (nh+2*nkv)*hs, nkv*hs
+		left := make([]int32, b*tmax)
+		for j := 300; j < tmax; j++ {
+			left[j] = 1 // row 0: 300 padding positions; row 1: padding only
+		}
+		for mname, mask := range map[string][]int32{"nil": nil, "left": left} {
+			// at is the cache index of (batch, kv head, position, element).
+			at := func(bi, g, pos, d int) int {
+				if nkv == nh {
+					return (bi*tmax+pos)*kvw + g*hs + d
+				}
+				return ((bi*nkv+g)*tmax+pos)*hs + d
+			}
+			kc0, vc0 := e.Randn(b*tmax*kvw, 1), e.Randn(b*tmax*kvw, 1)
+			for bi := range b {
+				for g := range nkv {
+					for pos := t0; pos < tmax; pos++ {
+						for d := range hs {
+							kc0[at(bi, g, pos, d)], vc0[at(bi, g, pos, d)] = float32(math.NaN()), float32(math.NaN())
+						}
+					}
+				}
+			}
+			for _, tn := range []int{1, 3} {
+				name := fmt.Sprintf("decode after a long cache b=%d nh=%d nkv=%d hs=%d t0=%d tn=%d mask=%s", b, nh, nkv, hs, t0, tn, mname)
+				qkv := e.Randn(b*tn*w, 1)
+				kc64, vc64 := F64(kc0), F64(vc0)
+				for bi := range b {
+					for i := range tn {
+						for g := range nkv {
+							for d := range hs {
+								kc64[at(bi, g, t0+i, d)] = float64(qkv[(bi*tn+i)*w+(nh+g)*hs+d])
+								vc64[at(bi, g, t0+i, d)] = float64(qkv[(bi*tn+i)*w+(nh+nkv+g)*hs+d])
+							}
+						}
+					}
+				}
+				out := e.NaNs(b * tn * nh * hs)
+				kc, vc := e.F32(kc0), e.F32(vc0)
+				var want []float64
+				if nkv == nh {
+					e.Dev.AttentionDecode(out, e.F32(qkv), kc, vc, e.MaybeI32(mask), b, tn, t0, tmax, nh, hs)
+					want = RefAttentionDecode(F64(qkv), kc64, vc64, mask, b, tn, t0, tmax, nh, hs)
+				} else {
+					e.Dev.GQAAttentionDecode(out, e.F32(qkv), kc, vc, e.MaybeI32(mask), b, tn, t0, tmax, nh, nkv, hs)
+					want = RefGQAAttentionDecode(F64(qkv), kc64, vc64, mask, b, tn, t0, tmax, nh, nkv, hs)
+				}
+				e.Close(name, e.Read(out), want, RTol)
+			}
+		}
 	}
 }

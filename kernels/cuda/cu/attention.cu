@@ -507,6 +507,166 @@ extern "C" __global__ void k_flash_bwd_dkdv(float* dqkv, const float* dout, cons
 	}
 }
 
+// Flash decoding (kernels.Ops AttentionDecode, GQAAttentionDecode): tq new
+// queries at positions t0..t0+tq-1 against a KV cache that already holds
+// their keys and values (k_kv_cache_write runs first), nk = t0+tq keys,
+// never a [tq, nk] buffer. One block per (tile of DEC_TQ queries, key
+// split, head h, batch row b): the key and value tiles of DEC_TK positions
+// staged in shared memory, the online softmax of k_flash_fwd. Query i sees
+// the real keys 0..t0+i (causal within the new tokens, mask[B, mstride]
+// null: all real); a query before the row's first real key among the nk
+// (a left-padding position) scores 0 at all nk keys, the uniform average
+// of kernels/cpu.AttentionDecode. Layouts as k_attn_fwd: q of (b, i, h) is
+// q + b·q_bstride + i·q_rstride + h·hs; key/value j of KV head g is
+// k + b·kv_bstride + g·kv_hstride + j·kv_pstride (OPT's [B,Tmax,C] and the
+// head-major [B,NKV,Tmax,HS] are both such strides); out is [B, tq,
+// o_rstride] with head h at column h·hs.
+//
+// Split-K (nsplit > 1, for few queries over a long cache): blockIdx.x =
+// tile + ntiles·s, and split s covers keys s·chunk .. s·chunk+chunk-1 of
+// those its tile needs. Each split writes its unnormalised output, running
+// max and sum to part instead of out (row r = (b·nh + h)·tq + i of split s
+// at index s·B·nh·tq + r: the output at part[idx·hs ..], max and sum at
+// part[nsplit·B·nh·tq·hs + 2·idx ..]); k_flash_decode_combine merges them.
+// An empty split (its keys past the tile's last one) writes max -inf, sum 0.
+
+#define DEC_TQ 8
+#define DEC_TK 16
+#define DEC_THREADS 128
+
+extern "C" __global__ void k_flash_decode(float* out, float* part, const float* q, const float* k, const float* v,
+		const int* mask, int tq, int t0, int nh, int nkv, int hs,
+		i64 q_bstride, int q_rstride, i64 kv_bstride, i64 kv_hstride, i64 kv_pstride,
+		int o_rstride, int mstride, int nsplit, int chunk, float scale) {
+	__shared__ float qs[DEC_TQ * MAX_HS];  // scaled queries
+	__shared__ float kv[DEC_TK * MAX_HS];  // the key tile, then the value tile
+	__shared__ float acc[DEC_TQ * MAX_HS]; // unnormalised outputs
+	__shared__ float pt[DEC_TQ][DEC_TK];   // scores, then exp(s - m)
+	__shared__ float rmax[DEC_TQ], alpha[DEC_TQ];
+	__shared__ double rsum[DEC_TQ];
+	__shared__ int shi;
+	int ntiles = (tq + DEC_TQ - 1) / DEC_TQ;
+	int tile = blockIdx.x % ntiles, s = blockIdx.x / ntiles;
+	int i0 = tile * DEC_TQ, h = blockIdx.y, b = blockIdx.z;
+	int g = h / (nh / nkv);
+	int nk = t0 + tq;
+	const int* mrow = mask ? mask + (i64)b * mstride : 0;
+	int first = first_real(mrow, nk, &shi);
+	int nq = imin(DEC_TQ, tq - i0);
+	const float* qb = q + (i64)b * q_bstride + (i64)h * hs;
+	const float* kb = k + (i64)b * kv_bstride + (i64)g * kv_hstride;
+	const float* vb = v + (i64)b * kv_bstride + (i64)g * kv_hstride;
+	for (int e = threadIdx.x; e < DEC_TQ * hs; e += blockDim.x) {
+		int r = e / hs, d = e % hs;
+		qs[e] = r < nq ? qb[(i64)(i0 + r) * q_rstride + d] * scale : 0.0f;
+		acc[e] = 0.0f;
+	}
+	if (threadIdx.x < DEC_TQ) {
+		rmax[threadIdx.x] = -INF_F;
+		rsum[threadIdx.x] = 0.0;
+	}
+	int p0 = t0 + i0;                             // the tile's first position
+	int kend = p0 < first ? nk : p0 + nq;         // the keys the tile needs
+	int jlo = s * chunk, jhi = imin(kend, jlo + chunk);
+	for (int j0 = jlo; j0 < jhi; j0 += DEC_TK) {
+		int nj = imin(DEC_TK, jhi - j0);
+		__syncthreads(); // the previous tile's readers of kv and pt are done
+		for (int e = threadIdx.x; e < DEC_TK * hs; e += blockDim.x) {
+			int c = e / hs, d = e % hs;
+			kv[e] = c < nj ? kb[(i64)(j0 + c) * kv_pstride + d] : 0.0f;
+		}
+		__syncthreads();
+		for (int x = threadIdx.x; x < DEC_TQ * DEC_TK; x += blockDim.x) {
+			int r = x / DEC_TK, c = x % DEC_TK, p = p0 + r, j = j0 + c;
+			float sc = -INF_F;
+			if (r < nq && c < nj && flash_sees(p, j, first, mrow)) {
+				sc = 0.0f;
+				if (p >= first) {
+					for (int d = 0; d < hs; d++) sc = sc + qs[r * hs + d] * kv[c * hs + d];
+				}
+			}
+			pt[r][c] = sc;
+		}
+		__syncthreads();
+		if (threadIdx.x < DEC_TQ) {
+			int r = threadIdx.x;
+			float mo = rmax[r], mn = mo;
+			for (int c = 0; c < DEC_TK; c++) mn = fmaxf(mn, pt[r][c]);
+			float al = 1.0f;
+			if (mn == -INF_F) { // nothing seen yet
+				for (int c = 0; c < DEC_TK; c++) pt[r][c] = 0.0f;
+			} else {
+				al = mo == -INF_F ? 0.0f : expf(mo - mn);
+				double sum = 0.0;
+				for (int c = 0; c < DEC_TK; c++) {
+					float sc = pt[r][c];
+					float e = sc == -INF_F ? 0.0f : expf(sc - mn);
+					pt[r][c] = e;
+					sum += (double)e;
+				}
+				rsum[r] = rsum[r] * (double)al + sum;
+				rmax[r] = mn;
+			}
+			alpha[r] = al;
+		}
+		__syncthreads(); // the key tile's readers are done
+		for (int e = threadIdx.x; e < DEC_TK * hs; e += blockDim.x) {
+			int c = e / hs, d = e % hs;
+			kv[e] = c < nj ? vb[(i64)(j0 + c) * kv_pstride + d] : 0.0f;
+		}
+		__syncthreads();
+		for (int e = threadIdx.x; e < DEC_TQ * hs; e += blockDim.x) {
+			int r = e / hs, d = e % hs;
+			float a = acc[e] * alpha[r];
+			for (int c = 0; c < DEC_TK; c++) a = a + pt[r][c] * kv[c * hs + d];
+			acc[e] = a;
+		}
+	}
+	__syncthreads();
+	if (nsplit == 1) {
+		for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) {
+			int r = e / hs, d = e % hs;
+			out[((i64)b * tq + i0 + r) * o_rstride + (i64)h * hs + d] = acc[e] * (float)(1.0 / rsum[r]);
+		}
+		return;
+	}
+	i64 rows = (i64)gridDim.z * nh * tq;
+	i64 row0 = (i64)s * rows + ((i64)b * nh + h) * tq + i0;
+	for (int e = threadIdx.x; e < nq * hs; e += blockDim.x) part[row0 * hs + e] = acc[e];
+	if ((int)threadIdx.x < nq) {
+		int r = threadIdx.x;
+		float* ml = part + (i64)nsplit * rows * hs + 2 * (row0 + r);
+		ml[0] = rmax[r];
+		ml[1] = (float)rsum[r];
+	}
+}
+
+// Merges the nsplit partial results of k_flash_decode (part's layout is
+// described there) into out[B, tq, o_rstride]: with M the largest split
+// max, out = Σ_s acc_s·e^(m_s-M) / Σ_s l_s·e^(m_s-M) (double sums). b is
+// the batch size; splits with sum 0 saw no key and add nothing.
+extern "C" __global__ void k_flash_decode_combine(float* out, const float* part, int b, int tq, int nh, int hs,
+		int o_rstride, int nsplit) {
+	i64 rows = (i64)b * nh * tq;
+	const float* ml = part + (i64)nsplit * rows * hs;
+	FOR_N(x, rows * hs) {
+		i64 row = x / hs, d = x % hs;
+		float m = -INF_F;
+		for (int s = 0; s < nsplit; s++) m = fmaxf(m, ml[2 * ((i64)s * rows + row)]);
+		double num = 0.0, den = 0.0;
+		for (int s = 0; s < nsplit; s++) {
+			i64 idx = (i64)s * rows + row;
+			float l = ml[2 * idx + 1];
+			if (l == 0.0f) continue;
+			double f = (double)expf(ml[2 * idx] - m);
+			num += f * (double)part[idx * hs + d];
+			den += f * (double)l;
+		}
+		i64 bi = row / ((i64)nh * tq), h = (row / tq) % nh, i = row % tq;
+		out[(bi * tq + i) * o_rstride + h * hs + d] = (float)(num / den);
+	}
+}
+
 // Writes the key and value heads of qkv[B,tn,W] into the caches at
 // positions t0..: element (b, g, pos, d) of a cache is at b·c_bstride +
 // g·c_hstride + pos·c_pstride + d.

@@ -184,7 +184,8 @@ func BenchmarkLoad(b *testing.B) {
 // and reports tokens/s (ids produced, BOS included) beside MB/s. The
 // corpora are the dialogue corpus of BenchmarkEncode and "mixed", the texts
 // of the qwen golden file (code, CJK, emoji, whitespace runs, numbers,
-// special tokens). qwen3-regexp2 is Qwen3 with its Split pattern run by
+// special tokens). smollm2 (Digits + ByteLevel) is the one family whose
+// tokenizer is in this repository. qwen3-regexp2 is Qwen3 with its Split pattern run by
 // regexp2 instead of the hand-written scanner.
 func BenchmarkFamilyEncode(b *testing.B) {
 	opt := loadOPT(b, routes[0])
@@ -205,6 +206,7 @@ func BenchmarkFamilyEncode(b *testing.B) {
 		{"mistral", func(b *testing.B) *Tokenizer { return loadFamily(b, families[1]) }},
 		{"qwen3", func(b *testing.B) *Tokenizer { return loadFamily(b, families[2]) }},
 		{"llama3-pattern", func(b *testing.B) *Tokenizer { return loadFamily(b, families[3]) }},
+		{"smollm2", func(b *testing.B) *Tokenizer { return loadFamily(b, familySmolLM2) }},
 		{"qwen3-regexp2", qwenRegexp2},
 	}
 	for _, corpus := range []string{"dialogue", "mixed"} {

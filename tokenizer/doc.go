@@ -115,8 +115,13 @@
 //     texts (TestOnigSplit) and against regexp2 by a fuzz test; any other
 //     Split pattern runs on github.com/dlclark/regexp2, about 13 times
 //     slower (BenchmarkFamilyEncode: Qwen3 17M tokens/s with the scanner,
-//     1.3M with regexp2, OPT 21M, on this machine's dialogue corpus).
+//     1.3M with regexp2, OPT 21M, on this machine's dialogue corpus;
+//     SmolLM2, Digits and then GPT-2's scanner, about 0.85 times OPT's
+//     tokens/s).
 //     Digits (SmolLM2) splits Unicode numbers as Rust's char::is_numeric.
+//     A byte with no token of its own (SmolLM2's vocabulary lacks six C0
+//     controls and it has no unk_token) is left out before merging, as
+//     Rust's BPE::merge_word leaves it out, so its neighbours may merge.
 //     ignore_merges (Llama-3) emits a pre-token that is in the vocabulary
 //     as one token. Merges may be written "a b" or ["a", "b"].
 //   - sentencePieceBPE: BPE over characters; a character without a token
@@ -149,15 +154,20 @@
 // not invent one).
 //
 // Checked against @huggingface/tokenizers (Hugging Face's JavaScript port)
-// on 5,561 generated texts each for TinyLlama, Mistral-v0.1, Qwen3 and
+// on 5,561 generated texts each for TinyLlama, Mistral-v0.1, Qwen3,
 // Qwen3's vocabulary with Llama-3's pattern and ignore_merges (Llama-3's
-// own file is not under a permissive licence), ids and decoded text
+// own file is not under a permissive licence) and SmolLM2 (whose
+// tokenizer.json is kept in testdata/smollm2), ids and decoded text
 // (TestFamilyGolden; scripts/tokenizer_golden). Where the JavaScript port
 // differs from the Rust library gochat follows Rust: Oniguruma's case
 // folding matches "'ſ" (U+017F) as the contraction 's; the ByteFallback
 // decoder turns an ill-formed byte run into one U+FFFD per byte (JS: per
 // maximal subpart); the Metaspace decoder drops every "▁" of the first
 // token (JS: a leading one); Digits splits all Unicode numbers (JS: ASCII
-// digits). On these, the JS port's own ByteLevel regex (\s without U+0085)
-// is not involved: Split patterns are rewritten there to \p{White_Space}.
+// digits; SmolLM2's golden file is made with Digits written as the Split
+// \p{N} it is in Rust); a byte with no token is left out before merging
+// (JS: after; TestSmolLM2UnknownBytes). On the Split-pattern families the
+// JS port's own ByteLevel regex (\s without U+0085) is not involved: Split
+// patterns are rewritten there to \p{White_Space}; SmolLM2's ByteLevel
+// runs it, so its texts leave out U+0085 and U+FEFF, as OPT's do.
 package tokenizer

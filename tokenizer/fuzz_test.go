@@ -155,9 +155,9 @@ func exercise(t *testing.T, tk *Tokenizer) {
 
 // FuzzFamilies encodes and decodes any text with the LLaMA-family
 // tokenizers of the shared data (the tiny SentencePiece one when it is
-// absent): batches agree with Encode, decoding succeeds, and for Qwen3
-// Decode(Encode(x)) is NFC(x), as its normalizer is NFC and byte-level BPE
-// loses nothing else.
+// absent) and SmolLM2's (testdata/smollm2): batches agree with Encode,
+// decoding succeeds, and for Qwen3 Decode(Encode(x)) is NFC(x), as its
+// normalizer is NFC and byte-level BPE loses nothing else.
 func FuzzFamilies(f *testing.F) {
 	var toks []*Tokenizer
 	var qwen *Tokenizer
@@ -169,7 +169,8 @@ func FuzzFamilies(f *testing.F) {
 	} else {
 		toks = append(toks, mustLoadF(f, writeSP(f, tinyLlamaStyle, spConfig, nil)), mustLoadF(f, writeSP(f, mistralStyle, spConfig, nil)))
 	}
-	for _, s := range []string{"", "Hello, world! 你好 🙂\n\n  x", "<s>[INST] Hello</s>", "<|im_start|>user\nHi!<|im_end|>\n", "e\u0301\u0085\u2028", "1234567", " \xff\xfe"} {
+	toks = append(toks, loadFamily(f, familySmolLM2))
+	for _, s := range []string{"", "Hello, world! 你好 🙂\n\n  x", "<s>[INST] Hello</s>", "<|im_start|>user\nHi!<|im_end|>\n", "e\u0301\u0085\u2028", "1234567", " \xff\xfe", "x \u0663\u0664 \u00b2\x14'<repo_name>"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

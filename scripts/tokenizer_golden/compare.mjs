@@ -16,7 +16,13 @@
 //                    tokenizer/golden_test.go's llama3Variant does: the
 //                    Split pattern becomes Llama-3's (\p{N}{1,3}) and the
 //                    model gets ignore_merges true (Llama-3's own file is
-//                    not under a permissive licence).
+//                    not under a permissive licence);
+//   --variant digits every Digits pre-tokenizer becomes the Split it is in
+//                    Hugging Face's Rust library: each character with
+//                    char::is_numeric (\p{N}) isolated (individual_digits)
+//                    or runs of them, where the JavaScript Digits takes
+//                    ASCII \d only (SmolLM2: "٣" or "²" after a space).
+//                    The number of cases whose ids this changes is printed.
 //
 // --write: one line per case, {"kind", "text" | "hex", "ids"}; ids include
 // the BOS of OPT's post-processor (add_special_tokens true). A "hex" case is
@@ -76,13 +82,31 @@ if (a.variant === "llama3") {
   const split = tokJSON.pre_tokenizer.pretokenizers.find((p) => p.type === "Split");
   split.pattern.Regex = LLAMA3;
   tokJSON.model.ignore_merges = true;
-} else if (a.variant) {
+} else if (a.variant !== undefined && a.variant !== "digits") {
   console.error(`unknown --variant ${a.variant}`);
   process.exit(2);
 }
 let cfg = {};
 const cfgPath = path.join(a.config ?? a.tokenizer, "tokenizer_config.json");
 if (fs.existsSync(cfgPath)) cfg = JSON.parse(fs.readFileSync(cfgPath, "utf8"));
+// plain is the file as it is, for counting what --variant digits changes.
+let plain = null;
+if (a.variant === "digits") {
+  plain = new Tokenizer(JSON.parse(JSON.stringify(tokJSON)), cfg);
+  let n = 0;
+  const rewrite = (p) => {
+    if (p === null || typeof p !== "object") return p;
+    if (p.type === "Sequence") return { ...p, pretokenizers: p.pretokenizers.map(rewrite) };
+    if (p.type !== "Digits") return p;
+    n++;
+    return { type: "Split", pattern: { Regex: p.individual_digits ? "\\p{N}" : "\\p{N}+" }, behavior: "Isolated", invert: false };
+  };
+  tokJSON.pre_tokenizer = rewrite(tokJSON.pre_tokenizer);
+  if (n === 0) {
+    console.error("--variant digits: the tokenizer has no Digits pre-tokenizer");
+    process.exit(2);
+  }
+}
 const tok = new Tokenizer(tokJSON, cfg);
 const decoder = new TextDecoder("utf-8", { fatal: false });
 
@@ -100,6 +124,13 @@ const out = cases.map((c) => {
   return r;
 });
 
+if (plain !== null) {
+  const changed = out.filter((c) => {
+    const p = plain.encode(c.hex !== undefined ? decoder.decode(Buffer.from(c.hex, "hex")) : c.text).ids;
+    return p.length !== c.ids.length || p.some((x, k) => x !== c.ids[k]);
+  }).length;
+  console.error(`--variant digits: ${changed} of ${out.length} cases have other ids than with the JavaScript Digits`);
+}
 if (a.write) {
   fs.writeFileSync(a.write, out.map((c) => JSON.stringify(c)).join("\n") + "\n");
   console.error(`@huggingface/tokenizers ${version}: wrote ${out.length} cases to ${a.write}`);

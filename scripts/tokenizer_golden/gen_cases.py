@@ -26,7 +26,9 @@ so Go (15.0) and Node (17.0) classify them alike.
   llama  Llama-2 / TinyLlama / Mistral: <s>, </s>, [INST], "▁", <0x0A>, ...;
   qwen   Qwen2 / Qwen2.5 / Qwen3 (and the Llama-3 pattern variant):
          <|im_start|>, <think>, <tool_call>, ...
-For llama and qwen it adds the kinds nfc (text that NFC changes: NFD and
+  smollm SmolLM2: <|im_start|>, <|endoftext|>, <repo_name>, <file_sep>,
+         <jupyter_code>, ... (the qwen texts with these tokens; see below)
+For llama, qwen and smollm it adds the kinds nfc (text that NFC changes: NFD and
 NFKD forms, Hangul jamo, singletons such as U+212B), lines (whitespace runs
 with \n, \r\n, tabs, U+0085, U+2028, U+2029, U+FEFF, "\n\n  x"), digits
 (digit runs of every length, which Qwen splits one by one and Llama-3 in
@@ -37,6 +39,22 @@ SentencePiece-style files have no pattern. One difference stays: for
 (?i:'s|...) Oniguruma's case folding takes U+017F (ſ) as s and the
 JavaScript port does not, so "'ſ" is rewritten to "'ž" in qwen texts
 (gochat follows Oniguruma; TestOnigSplit checks it).
+
+smollm texts are made as qwen's are, with SmolLM2's special tokens. The
+JavaScript port and the Rust library disagree in three places on SmolLM2's
+pre-tokenizer and model; gochat follows Rust (its own tests pin each), and
+the texts avoid the first two:
+  - U+0085 becomes U+2028 and U+FEFF becomes U+2060: SmolLM2's ByteLevel
+    runs its own GPT-2 regex, where JavaScript's \s is not White_Space
+    (as for opt);
+  - the C0 controls U+0004, U+0006, U+0013, U+0014, U+0016 and U+001D are
+    dropped: their bytes have no token in SmolLM2's vocabulary and there is
+    no unk_token; Rust leaves such a byte out before merging (so its
+    neighbours may merge), the JavaScript port keeps it in the word while
+    merging and drops it after;
+  - Unicode numbers stay: compare.mjs --variant digits writes the Digits
+    step as the Split it is in Rust (char::is_numeric, \p{N}), where the
+    JavaScript Digits takes ASCII \d only.
 
 Usage: /usr/bin/python3 gen_cases.py [--seed N] [--scale K] [--family F] > cases.jsonl
 """
@@ -370,6 +388,13 @@ QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_st
                  "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
                  "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>", "<|im_start", "im_end|>", "<|IM_START|>",
                  "<||>", "<|im_start|><|im_start|>", "<|im_end|>\n", "<think>\n\n</think>\n\n", "</s>", "<s>", "<|endoftext"]
+SMOLLM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<repo_name>", "<reponame>", "<file_sep>", "<filename>", "<gh_stars>",
+                   "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>", "<jupyter_text>", "<jupyter_code>",
+                   "<jupyter_output>", "<jupyter_script>", "<empty_output>", "<|im_start", "im_end|>", "<|IM_START|>", "<||>",
+                   "<|im_start|><|im_start|>", "<|im_end|>\n", "<repo_name>x<file_sep>", "<jupyter_code>print(1)<jupyter_output>",
+                   "<filename", "<empty_output >", "</s>", "<s>", "<|endoftext"]
+# SMOLLM_DROP: characters left out of smollm texts (see the docstring).
+SMOLLM_DROP = "\x04\x06\x13\x14\x16\x1d"
 LINE_SPACES = ["\n", "\n", "\n\n", "\r\n", "\r", "\t", "\t\t", " ", "  ", "    ", "\u0085", "\u2028", "\u2029", "\ufeff", "\u00a0", "\u3000", "\x0b", "\x0c"]
 
 
@@ -467,7 +492,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=20240607)
     ap.add_argument("--scale", type=int, default=1, help="multiply the number of generated texts")
-    ap.add_argument("--family", choices=["opt", "llama", "qwen"], default="opt", help="special tokens and extra kinds (see above)")
+    ap.add_argument("--family", choices=["opt", "llama", "qwen", "smollm"], default="opt", help="special tokens and extra kinds (see above)")
     args = ap.parse_args()
     global SPECIALS
     fixed = FIXED
@@ -476,7 +501,7 @@ def main():
     if args.family == "opt":
         g = Gen(args.seed)
     else:
-        SPECIALS = LLAMA_SPECIALS if args.family == "llama" else QWEN_SPECIALS
+        SPECIALS = {"llama": LLAMA_SPECIALS, "qwen": QWEN_SPECIALS, "smollm": SMOLLM_SPECIALS}[args.family]
         g = FamilyGen(args.seed, SPECIALS)
         fixed = FIXED + FAMILY_FIXED
         counts = {k: v // 2 for k, v in counts.items()}
@@ -485,7 +510,16 @@ def main():
     def clean(text):
         if args.family == "qwen":
             text = text.replace("'\u017f", "'\u017e")  # see the docstring
+        if args.family == "smollm":
+            text = text.replace("\u0085", "\u2028").replace("\ufeff", "\u2060")
+            text = "".join(c for c in text if c not in SMOLLM_DROP)
         return text
+
+    def clean_bytes(b):
+        if args.family == "smollm":
+            b = b.replace("\u0085".encode(), "\u2028".encode()).replace("\ufeff".encode(), "\u2060".encode())
+            b = bytes(c for c in b if chr(c) not in SMOLLM_DROP)
+        return b
 
     w = sys.stdout
     for t in fixed:
@@ -494,7 +528,7 @@ def main():
         fn = getattr(g, kind)
         for _ in range(n * args.scale):
             if kind == "invalid":
-                w.write(json.dumps({"kind": kind, "hex": fn().hex()}) + "\n")
+                w.write(json.dumps({"kind": kind, "hex": clean_bytes(fn()).hex()}) + "\n")
             else:
                 w.write(json.dumps({"kind": kind, "text": clean(fn())}, ensure_ascii=False) + "\n")
 

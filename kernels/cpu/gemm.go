@@ -72,6 +72,9 @@ const gemmABudget = 4 << 20
 type gemmScratch struct {
 	a, b, tile, vec []float32
 	ha, hb          []uint16
+	// conv holds a region of a bf16 operand as float32 for the fp32
+	// packers (gemmConvert), mr·kc or nr·kc values.
+	conv []float32
 }
 
 var gemmPool = sync.Pool{New: func() any { return new(gemmScratch) }}
@@ -291,8 +294,8 @@ type gemmFanWork struct {
 	fn func(i int)
 }
 
-func (w *gemmFanWork) sched() *gemmSched { return &w.sc }
-func (w *gemmFanWork) packPanel(int)     {}
+func (w *gemmFanWork) sched() *gemmSched           { return &w.sc }
+func (w *gemmFanWork) packPanel(*gemmScratch, int) {}
 func (w *gemmFanWork) compute(_ *gemmScratch, first, end int) {
 	for i := first; i < end; i++ {
 		w.fn(i)
@@ -364,8 +367,9 @@ type gemmSched struct {
 // the bf16 gemmTileJob.
 type gemmWork interface {
 	sched() *gemmSched
-	// packPanel packs A panel ip of the current block.
-	packPanel(ip int)
+	// packPanel packs A panel ip of the current block, with the
+	// goroutine's scratch s.
+	packPanel(s *gemmScratch, ip int)
 	// compute computes column tiles [first, end) of the current A block
 	// with the goroutine's scratch s.
 	compute(s *gemmScratch, first, end int)
@@ -525,21 +529,21 @@ func gemmWorker(task gemmTask) {
 // gemmRun is goroutine i's part of the current A block.
 func gemmRun(w gemmWork, i int) {
 	sc := w.sched()
+	s := sc.s
+	if i > 0 {
+		s = gemmPool.Get().(*gemmScratch)
+		defer gemmPool.Put(s)
+	}
 	for {
 		ip := sc.nextPanel.Add(1) - 1
 		if ip >= sc.panels {
 			break
 		}
-		w.packPanel(int(ip))
+		w.packPanel(s, int(ip))
 		sc.donePanels.Add(1)
 	}
 	for sc.donePanels.Load() < sc.panels {
 		runtime.Gosched() // another goroutine is packing the last panels
-	}
-	s := sc.s
-	if i > 0 {
-		s = gemmPool.Get().(*gemmScratch)
-		defer gemmPool.Put(s)
 	}
 	for {
 		first, end, ok := sc.ranges[i].claimFront(sc.chunk)
@@ -667,7 +671,7 @@ func (r *gemmRange) claimBack(n int) (first, end int, ok bool) {
 }
 
 // packPanel packs A panel ip of the current block for every K slice.
-func (j *gemmJob) packPanel(ip int) {
+func (j *gemmJob) packPanel(s *gemmScratch, ip int) {
 	mr := j.kern.mr
 	for pc := 0; pc < j.kv; pc += j.kcMax {
 		kc := min(j.kcMax, j.kv-pc)
@@ -685,10 +689,17 @@ func (j *gemmJob) packPanel(ip int) {
 			}
 		}
 		if kr > 0 {
-			if j.a.plain() {
-				j.kern.packA(d, mr, j.transA, j.a.f, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
-			} else {
-				gemmPackAPanelSrc(d, mr, j.transA, j.a, j.lda, j.ic+ip*mr, p0, min(mr, j.mc-ip*mr), kr, j.alpha)
+			i0, rows := j.ic+ip*mr, min(mr, j.mc-ip*mr)
+			switch {
+			case j.a.plain():
+				j.kern.packA(d, mr, j.transA, j.a.f, j.lda, i0, p0, rows, kr, j.alpha)
+			case j.transA:
+				// op(A)[i, p] = a[p*lda + i]: kr runs of rows values.
+				f := gemmConvert(s, j.a, p0*j.lda+i0, j.lda, kr, rows)
+				j.kern.packA(d, mr, true, f, rows, 0, 0, rows, kr, j.alpha)
+			default:
+				f := gemmConvert(s, j.a, i0*j.lda+p0, j.lda, rows, kr)
+				j.kern.packA(d, mr, false, f, kr, 0, 0, rows, kr, j.alpha)
 			}
 		}
 	}
@@ -724,10 +735,17 @@ func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k
 					}
 				}
 				if kr > 0 {
-					if b.plain() {
-						kern.packB(d, nr, transB, b.f, ldb, p0, j0+jc+jp, cols, kr)
-					} else {
-						gemmPackBPanelSrc(d, nr, transB, b, ldb, p0, j0+jc+jp, cols, kr)
+					j := j0 + jc + jp
+					switch {
+					case b.plain():
+						kern.packB(d, nr, transB, b.f, ldb, p0, j, cols, kr)
+					case transB:
+						// op(B)[p, j] = b[j*ldb + p]: cols runs of kr values.
+						f := gemmConvert(s, b, j*ldb+p0, ldb, cols, kr)
+						kern.packB(d, nr, true, f, kr, 0, 0, cols, kr)
+					default:
+						f := gemmConvert(s, b, p0*ldb+j, ldb, kr, cols)
+						kern.packB(d, nr, false, f, cols, 0, 0, cols, kr)
 					}
 				}
 			}
@@ -749,6 +767,22 @@ func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k
 			}
 		}
 	}
+}
+
+// gemmConvert returns the rows×cols region of src that starts at element
+// o, rows ld apart, as float32 values rows cols apart in s.conv: BF16
+// values widened, F32 values rounded to bf16 (src.round) or copied. The
+// fp32 packers (assembly for whole panels) then pack the region as they
+// pack a float32 operand. Converting first and packing second keeps both
+// vectorised (a region row is a contiguous run; the packers transpose
+// float32 panels in assembly), where converting element by element while
+// transposing ran at about half the fp32 GEMM's speed.
+func gemmConvert(s *gemmScratch, src gemmSrc, o, ld, rows, cols int) []float32 {
+	f := gemmAligned(&s.conv, rows*cols)
+	for r := range rows {
+		gemmRoundRun(f[r*cols:(r+1)*cols], src, o+r*ld, 1)
+	}
+	return f
 }
 
 // gemmMergeTile does C = T + beta·C for the top-left rows×cols of a tile T

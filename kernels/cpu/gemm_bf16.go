@@ -18,9 +18,12 @@ import (
 //     VCVTNE2PS2BF16 as they are packed, and a strip kernel multiplies them
 //     with AMX (TDPBF16PS, Sapphire Rapids and later) or AVX512-BF16
 //     (VDPBF16PS), accumulating in fp32;
-//   - the portable path: the fp32 blocked GEMM with packing routines that
-//     round (or widen) the operands as they pack them (gemmPackAPanelSrc),
-//     then the fp32 micro-kernels, which are exact on bf16 products;
+//   - the portable path: the fp32 blocked GEMM, each panel's region of
+//     the operand rounded (or widened) to float32 a row at a time
+//     (gemmConvert) and packed by the fp32 packers, then the fp32
+//     micro-kernels, which are exact on bf16 products; on Intel CPUs
+//     without usable AMX this is the fastest of the three (see
+//     gemmBF16ImplFor);
 //   - matrix-vector and skinny products (m == 1, n == 1, and a few rows
 //     against a BF16 matrix, as in decoding) read the matrix directly,
 //     2 bytes an element for BF16 (gemmBF16Skinny).
@@ -124,75 +127,7 @@ func gemmRoundedF32(buf kernels.Buffer) []float32 {
 }
 
 // ---------------------------------------------------------------------------
-// The portable path: fp32 packing that rounds as it reads.
-
-// gemmPackAPanelSrc is gemmPackAPanel for an operand that is rounded to
-// bf16 or widened from bf16 as it is packed: d[p*mr + i] =
-// alpha·bf16(op(A)[i0+i, p0+p]) for p < kc, i < rows, zeros for i ≥ rows.
-func gemmPackAPanelSrc(d []float32, mr int, transA bool, a gemmSrc, lda, i0, p0, rows, kc int, alpha float32) {
-	d = d[:mr*kc]
-	if transA {
-		// op(A)[i, p] = a[p*lda + i]: each p is a contiguous run.
-		for p := range kc {
-			o := d[p*mr : p*mr+mr]
-			gemmRoundRun(o[:rows], a, (p0+p)*lda+i0, alpha)
-			clear(o[rows:])
-		}
-		return
-	}
-	// op(A)[i, p] = a[i*lda + p]: each row of A becomes column i.
-	for i := range rows {
-		src := (i0+i)*lda + p0
-		if a.bf {
-			h := a.h[src : src+kc]
-			_ = d[(kc-1)*mr+i]
-			for p, v := range h {
-				d[p*mr+i] = alpha * FromBF16(v)
-			}
-			continue
-		}
-		f := a.f[src : src+kc]
-		_ = d[(kc-1)*mr+i]
-		for p, v := range f {
-			d[p*mr+i] = alpha * FromBF16(ToBF16(v))
-		}
-	}
-	gemmZeroColumns(d, mr, rows, kc)
-}
-
-// gemmPackBPanelSrc is gemmPackBPanel for an operand that is rounded to
-// bf16 or widened from bf16 as it is packed: d[p*nr + j] =
-// bf16(op(B)[p0+p, j0+j]) for p < kc, j < cols, zeros for j ≥ cols.
-func gemmPackBPanelSrc(d []float32, nr int, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int) {
-	d = d[:nr*kc]
-	if !transB {
-		// op(B)[p, j] = b[p*ldb + j]: each p is a contiguous run.
-		for p := range kc {
-			o := d[p*nr : p*nr+nr]
-			gemmRoundRun(o[:cols], b, (p0+p)*ldb+j0, 1)
-			clear(o[cols:])
-		}
-		return
-	}
-	// op(B)[p, j] = b[j*ldb + p]: each row of B becomes column j.
-	for j := range cols {
-		src := (j0+j)*ldb + p0
-		if b.bf {
-			h := b.h[src : src+kc]
-			_ = d[(kc-1)*nr+j]
-			for p, v := range h {
-				d[p*nr+j] = FromBF16(v)
-			}
-			continue
-		}
-		f := b.f[src : src+kc]
-		_ = d[(kc-1)*nr+j]
-		for p, v := range f {
-			d[p*nr+j] = FromBF16(ToBF16(v))
-		}
-	}
-	gemmZeroColumns(d, nr, cols, kc)
-}
+// The portable path: operands converted to float32 as they are packed.
 
 // gemmRoundRun sets dst[x] = alpha·bf16(src[o+x]) for x < len(dst). Runs
 // of F32 values go through the vector conversions (roundSliceBF16,
@@ -409,7 +344,7 @@ func gemmTileKPad(k, kcMax int) int {
 func (j *gemmTileJob) sched() *gemmSched { return &j.gemmSched }
 
 // packPanel packs A panel ip of the current block for every K slice.
-func (j *gemmTileJob) packPanel(ip int) {
+func (j *gemmTileJob) packPanel(_ *gemmScratch, ip int) {
 	rows := min(gemmTileMR, j.mc-ip*gemmTileMR)
 	for pc := 0; pc < j.k; pc += j.kcMax {
 		kc := min(j.kcMax, j.k-pc)

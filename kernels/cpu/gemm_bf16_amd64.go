@@ -200,21 +200,29 @@ func gemmSkinnyIfBW() *gemmSkinnyKernels {
 // AVX512-BW for the 16-bit loads and permutes.
 var gemmHasAVX512BF16 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
 
+// gemmIntel reports an Intel CPU, whose VDPBF16PS runs at half the FMAs'
+// flops (see gemmBF16ImplFor).
+var gemmIntel = cpuVendor() == "GenuineIntel"
+
 // gemmBF16ImplFor returns the bf16 GEMM for an ISA. On isaAVX512: AMX
 // when the CPU has it and the kernel lets this process use it; else the
-// AVX512-BF16 kernel when the CPU has AVX512-BF16 but not AMX (Cooper
-// Lake, Zen 4 and later); else the portable path on the AVX-512 fp32
-// kernel. A CPU with AMX whose AMX is refused gets the portable path too:
-// on Sapphire Rapids VDPBF16PS retires about one every two cycles against
-// two FMAs a cycle, so the VDPBF16PS kernel measured 112 GFLOP/s against
-// the portable path's 157 (one core, 512x768x768 nt).
+// AVX512-BF16 kernel when the CPU has AVX512-BF16 and is not Intel's (Zen
+// 4 and later, where a VDPBF16PS does twice an FMA's work at the same
+// rate); else the portable path on the AVX-512 fp32 kernel. Intel's
+// VDPBF16PS retires about one every two cycles against two FMAs a cycle,
+// half the FMAs' flops: on Sapphire Rapids the VDPBF16PS kernel measured
+// 112 GFLOP/s against the portable path's 157 (one core, 512x768x768 nt),
+// and on an Emerald Rapids VM whose hypervisor hides AMX from CPUID
+// (2026-11-28: 24 independent VDPBF16PS per loop retire 1.32 G/s, 24
+// VFMADD231PS 5.4 G/s) 77 against 128. So an Intel CPU whose AMX is
+// missing or refused gets the portable path.
 func gemmBF16ImplFor(is isa) *gemmBF16Impl {
 	switch is {
 	case isaAVX512:
 		if gemmAMXUsable() {
 			return &gemmBF16AMX
 		}
-		if gemmHasAVX512BF16 && !cpu.X86.HasAMXBF16 {
+		if gemmHasAVX512BF16 && !cpu.X86.HasAMXBF16 && !gemmIntel {
 			return &gemmBF16DPBF16
 		}
 		return &gemmBF16AVX512

@@ -482,3 +482,55 @@ func gemmTileStripGo(a, b *uint16, kb, nb int, c *float32, ldc, rows, cols int, 
 		}
 	}
 }
+
+// TestGemmBF16PortableExact: the portable path (the fp32 kernel on panels
+// packed from regions converted to float32 a row at a time, gemmConvert)
+// equals the same fp32 kernel run on rounded copies of the operands bit
+// for bit: with whole and partial panels, several K slices, A and B
+// blocks (the kernel's blocks shrunk so that small shapes cross them), a
+// bias, both transposes, both operand types, 1-3 goroutines, and denormal,
+// tie and overflowing values among the F32 operands.
+func TestGemmBF16PortableExact(t *testing.T) {
+	gemmLowerMinWork(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, im := range gemmBF16TestImpls() {
+		if im.tile != nil {
+			continue
+		}
+		small := *im.fp32
+		small.kc, small.mc, small.nc = 37, 2*small.mr, 2*small.nr
+		for _, kern := range []*gemmKernel{im.fp32, &small} {
+			run := *im
+			run.fp32 = kern
+			for si, s := range [][3]int{{20, 40, 33}, {45, 70, 97}, {29, 65, 130}, {70, 100, 16}} {
+				for v := range 4 {
+					for mix := range 4 {
+						sc := gemmTestScalars[(si+v+mix)%len(gemmTestScalars)]
+						g := newBF16Case(r, v&1 != 0, v&2 != 0, s[0], s[1], s[2], (si+mix)%3*3, sc[0], sc[1], mix&1 != 0, mix&2 != 0)
+						for i := range g.a {
+							switch i % 97 {
+							case 3:
+								g.a[i] = math.Float32frombits(0x00012345) // denormal
+							case 5:
+								g.a[i] = -3.3e38 // rounds to -Inf in bf16
+							}
+						}
+						if (si+v)%2 == 0 {
+							g.withBias(r)
+						}
+						threads := 1 + (si+v+mix)%3
+						got := g.run(&run, threads)
+						want := append([]float32(nil), g.c...)
+						a, b := g.bufs()
+						gemmBias(kern, threads, g.transA, g.transB, g.m, g.n, g.k, g.alpha, gemmRoundedF32(a), g.lda, gemmRoundedF32(b), g.ldb, g.beta, g.bias, want, g.ldc)
+						for x := range got {
+							if math.Float32bits(got[x]) != math.Float32bits(want[x]) {
+								t.Fatalf("%s kc=%d %v t%d: c[%d] = %g, the fp32 GEMM on rounded operands %g", im.name, kern.kc, g, threads, x, got[x], want[x])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -35,11 +35,15 @@
 # default /tmp/gochat-gpu-work, not under $OUT, whose files come back). The exit
 # status is 0 only when every check that ran passed. Rows can be chosen:
 # `scripts/gpu-check.sh train-bench rlhf-run` runs those (and env) only,
-# for a second run when the first ran out of time. Expected on an H200,
-# each row's budget (its commands are killed past it) in brackets: the new
-# rows about 5 minutes together (model-golden 20 s [180], train-bench 90 s
-# [2 x 2 x 150], decode-bench 40 s [150 + 150], rlhf-run 150 s [420],
-# offload 90 s [3 x 240]); the earlier rows have not been timed on a GPU.
+# for a second run when the first ran out of time. The whole run keeps to
+# GPU_CHECK_SECONDS (default 570, under the run tool's 600): each command
+# is killed at its budget or at that deadline, a row that no longer has
+# the time it needs is recorded as skipped with the command that runs it
+# alone, and the rows recorded so far are in $OUT/rows.txt even when the
+# run is killed. Budgets of the new rows in seconds: model-golden 180,
+# train-bench 2 x (150 + 150), decode-bench 150 + 150, rlhf-run 420,
+# offload 3 x 240. No row has been timed on a GPU yet (from their step
+# counts the new rows should take about 5 minutes together on an H200).
 #
 # GPU_CHECK_DRY=1 runs the same commands on the CPU (--device cpu) with
 # tiny sizes, where no GPU is: it checks the script, the flags and the
@@ -139,6 +143,16 @@ dry=${GPU_CHECK_DRY:-}
 dev=cuda
 [ -n "$dry" ] && dev=cpu
 t_all=$(date +%s)
+limit=${GPU_CHECK_SECONDS:-570}
+deadline=$((t_all + limit))
+left() { echo $(( deadline - $(date +%s) )); }
+# budget N: N seconds, or what is left before the deadline (less 15 s for
+# the summary), at least 1.
+budget() {
+  local l=$(( $(left) - 15 ))
+  (( l < 1 )) && l=1
+  echo $(( $1 < l ? $1 : l ))
+}
 
 all_rows="env smoke unit conform cpu-parity oom decommit nccl-1rank nccl-mpi gemm hf-opt hf-llama model-golden train-bench decode-bench rlhf-run offload"
 rows=("$@")
@@ -161,7 +175,21 @@ want() {
 }
 
 declare -a names results details
-record() { names+=("$1"); results+=("$2"); details+=("$3"); }
+: >"$out/rows.txt"
+record() {
+  names+=("$1"); results+=("$2"); details+=("$3")
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$out/rows.txt"
+}
+# start_row NAME SECONDS: whether row NAME runs: it is wanted and about
+# SECONDS are left; otherwise it is recorded as skipped, with the command
+# that runs it alone.
+start_row() {
+  want "$1" || return 1
+  if (( $(left) < $2 )); then
+    record "$1" skip "not run: about $2 s needed, $(left) s left of GPU_CHECK_SECONDS=$limit; run it alone: scripts/gpu-check.sh $1"
+    return 1
+  fi
+}
 
 # record_line NAME LINE SECONDS: records gpu_check_rows.py's
 # "RESULT<TAB>detail" line.
@@ -218,7 +246,7 @@ fi
 if want smoke; then
   section "gochat --device cuda env --check"
   start=$(date +%s)
-  if "$gochat" --device cuda --log-format console env --check >"$out/smoke.txt" 2>&1; then
+  if timeout "$(budget 300)" "$gochat" --device cuda --log-format console env --check >"$out/smoke.txt" 2>&1; then
     record smoke PASS "$(grep -m1 '^check:' "$out/smoke.txt" | sed 's/^check: *//')"
   else
     record smoke FAIL "$( (grep -m1 '^gochat:' "$out/smoke.txt" || tail -n 1 "$out/smoke.txt") | cut -c1-300)"
@@ -233,7 +261,7 @@ runbin() {
   local name=$1 log=$2 dir=$3; shift 3
   local t0
   t0=$(date +%s)
-  (cd "$dir" && GOCHAT_CUDA_REQUIRE=1 "$@") >"$log" 2>&1
+  (cd "$dir" && GOCHAT_CUDA_REQUIRE=1 timeout "$(budget 1200)" "$@") >"$log" 2>&1
   local rc=$?
   local pass fail skip
   pass=$(grep -cE '^\s*--- PASS' "$log")
@@ -241,11 +269,12 @@ runbin() {
   skip=$(grep -cE '^\s*--- SKIP' "$log")
   local d="$pass passed, $fail failed, $skip skipped ($(( $(date +%s) - t0 ))s)"
   if [ $rc -eq 0 ]; then
-    record "$name" PASS "$d"
+    record "$name" PASS "$d${runbin_note:-}"
   else
     local first
     first=$(grep -E '^\s*--- FAIL' "$log" | sed 's/^ *--- FAIL: //; s/ (.*//' | head -n 8 | tr '\n' ' ')
     [ -z "$first" ] && first=$(grep -m1 -E 'panic|Error|error' "$log" | cut -c1-200)
+    [ $rc -eq 124 ] && first="killed at its budget or the deadline (GPU_CHECK_SECONDS); $first"
     record "$name" FAIL "$d; first: $first"
   fi
 }
@@ -292,7 +321,7 @@ if want nccl-1rank; then
     record nccl-1rank FAIL "bin/nccl.test is missing; build it where Go is (scripts/gpu-check.sh --build)"
   else
     t0=$(date +%s)
-    GOCHAT_CUDA_REQUIRE=1 "$nccltest" -test.timeout 10m -test.v -test.run '^TestGPUOneRank$' >"$out/nccl-1rank.txt" 2>&1
+    GOCHAT_CUDA_REQUIRE=1 timeout "$(budget 600)" "$nccltest" -test.timeout 10m -test.v -test.run '^TestGPUOneRank$' >"$out/nccl-1rank.txt" 2>&1
     rc=$?
     lib=$(grep -m1 -o 'rank 0 of 1 on .*' "$out/nccl-1rank.txt" | sed 's/^rank 0 of 1 on //')
     if [ $rc -eq 0 ] && grep -q -- '--- PASS: TestGPUOneRank' "$out/nccl-1rank.txt"; then
@@ -319,7 +348,7 @@ if want nccl-mpi; then
     mpirun --version 2>&1 | grep -q -E 'Open MPI|OpenRTE' && flags="--allow-run-as-root --oversubscribe --bind-to none"
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    timeout 600 mpirun $flags -np "$np" env GOCHAT_NCCL_MPI_WORKER=1 GOCHAT_CUDA_REQUIRE=1 \
+    timeout "$(budget 600)" mpirun $flags -np "$np" env GOCHAT_NCCL_MPI_WORKER=1 GOCHAT_CUDA_REQUIRE=1 \
       "$nccltest" -test.timeout 8m -test.v -test.run '^TestGPUMPIWorker$' >"$out/nccl-mpi.txt" 2>&1
     rc=$?
     passed=$(grep -c -- '--- PASS: TestGPUMPIWorker' "$out/nccl-mpi.txt")
@@ -335,7 +364,7 @@ cd "$root/kernels/cuda"
 
 if want gemm; then
   section "GEMM 4096^3"
-  "$cudatest" -test.run '^$' -test.bench '^BenchmarkGemm$' -test.benchtime 20x >"$out/gemm.txt" 2>&1
+  timeout "$(budget 300)" "$cudatest" -test.run '^$' -test.bench '^BenchmarkGemm$' -test.benchtime 20x >"$out/gemm.txt" 2>&1
   cat "$out/gemm.txt"
   ours=$(awk '/BenchmarkGemm/ { for (i = 1; i <= NF; i++) if ($(i+1) == "TFLOP/s") printf "%s %s  ", $1, $i }' "$out/gemm.txt" | sed 's/BenchmarkGemm\///g')
   torch=$("$py" - <<'EOF' 2>&1
@@ -374,11 +403,11 @@ cd "$root"
 # within 2e-3) and scores one sequence with the reward model.
 prompt=$'\n\nHuman: What is 3+4?\n\nAssistant:'
 for arch in opt llama; do
-  want "hf-$arch" || continue
+  start_row "hf-$arch" 60 || continue
   section "demo --arch $arch on cuda, then transformers"
   d=$out/demo-$arch
   t0=$(date +%s)
-  if ! "$gochat" --device cuda --log-format json train --recipe demo --arch "$arch" --output-dir "$d" >"$out/demo-$arch.log" 2>&1; then
+  if ! timeout "$(budget 300)" "$gochat" --device cuda --log-format json train --recipe demo --arch "$arch" --output-dir "$d" >"$out/demo-$arch.log" 2>&1; then
     record "hf-$arch" FAIL "demo: $(grep -m1 '^gochat:' "$out/demo-$arch.log" | cut -c1-200)"
     continue
   fi
@@ -406,14 +435,15 @@ done
 # 5. The model package's golden tests on the GPU (model/device_test.go:
 # fp32 bounds 10x the CPU's, bf16 against torch autocast; the test binary
 # runs in model/, where its testdata is).
-if want model-golden; then
+if start_row model-golden 30; then
   section "model golden tests on $dev (GOCHAT_TEST_DEVICE=$dev)"
   if [ -z "$modeltest" ]; then
     record model-golden FAIL "bin/model.test is missing; build it where Go is (scripts/gpu-check.sh --build)"
   else
+    runbin_note="; OPT pre/post-LN, Llama, Qwen2, Qwen3: fp32 logits, loss, grads, 10 AdamW steps; bf16 vs torch autocast"
     runbin model-golden "$out/model-golden.txt" "$root/model" env GOCHAT_TEST_DEVICE=$dev \
-      timeout 180 "$modeltest" -test.timeout 3m -test.v -test.run '^TestGoldenOnDevice$'
-    details[${#details[@]}-1]+="; OPT pre/post-LN, Llama, Qwen2, Qwen3: fp32 logits, loss, grads, 10 AdamW steps; bf16 vs torch autocast"
+      timeout "$(budget 180)" "$modeltest" -test.timeout 3m -test.v -test.run '^TestGoldenOnDevice$'
+    runbin_note=""
     grep -E -- '--- (FAIL|PASS): TestGoldenOnDevice|device_test.go|bf16_test.go:[0-9]+: max logit|_test.go:[0-9]+: .*(error|exceeds)' "$out/model-golden.txt" | head -n 30
   fi
 fi
@@ -430,18 +460,18 @@ tb_models=$(for s in $tb_specs; do printf '%s,' "${s%%:*}"; done)
 tb_models=${tb_models%,}
 
 # 6. A bf16 training step against PyTorch eager on the same GPU.
-if want train-bench; then
+if start_row train-bench 120; then
   section "training step in bf16: gochat bench train vs PyTorch eager, $gpu_name"
   t0=$(date +%s)
   gf=() tf=()
   for spec in $tb_specs; do
     IFS=: read -r m b s <<<"$spec"
     echo "--- $m, batch $b x $s"
-    timeout 150 "$gochat" --device $dev --log-format json bench train --model "$m" --batch "$b" --seq "$s" --steps $tb_steps \
+    timeout "$(budget 150)" "$gochat" --device $dev --log-format json bench train --model "$m" --batch "$b" --seq "$s" --steps $tb_steps \
       --dtype bf16 --json >"$out/train-bench-gochat-$m.json" 2>"$out/train-bench-gochat-$m.log" ||
       echo "gochat bench train $m: rc $?: $(tail -n 1 "$out/train-bench-gochat-$m.log" | cut -c1-300)"
     cat "$out/train-bench-gochat-$m.json"
-    timeout 150 "$py" scripts/bench_torch_train.py --device $dev --dtype bf16 --model "$m" --batch "$b" --seq "$s" --steps $tb_steps \
+    timeout "$(budget 150)" "$py" scripts/bench_torch_train.py --device $dev --dtype bf16 --model "$m" --batch "$b" --seq "$s" --steps $tb_steps \
       --dropout 0.1 --attn $tb_attn >"$out/train-bench-torch-$m.json" 2>"$out/train-bench-torch-$m.log" ||
       echo "bench_torch_train.py $m: rc $?: $(tail -n 1 "$out/train-bench-torch-$m.log" | cut -c1-300)"
     cat "$out/train-bench-torch-$m.json"
@@ -452,19 +482,19 @@ if want train-bench; then
 fi
 
 # 7. Decoding against Hugging Face generate on the same GPU.
-if want decode-bench; then
+if start_row decode-bench 60; then
   section "decoding in bf16: gochat bench decode vs transformers generate, $gpu_name"
   t0=$(date +%s)
   gf=()
   for b in $db_batches; do
-    timeout 150 "$gochat" --device $dev --log-format json bench decode --model $db_model --batch "$b" --prompt $db_prompt --new $db_new \
+    timeout "$(budget 150)" "$gochat" --device $dev --log-format json bench decode --model $db_model --batch "$b" --prompt $db_prompt --new $db_new \
       --runs $db_runs --dtype bf16 --json >"$out/decode-bench-gochat-$b.json" 2>"$out/decode-bench-gochat-$b.log" ||
       echo "gochat bench decode batch $b: rc $?: $(tail -n 1 "$out/decode-bench-gochat-$b.log" | cut -c1-300)"
     cat "$out/decode-bench-gochat-$b.json"
     gf+=("$out/decode-bench-gochat-$b.json")
   done
   # shellcheck disable=SC2086
-  timeout 150 "$py" scripts/bench_hf_generate.py --model $db_model --batch "$(echo $db_batches | tr ' ' ,)" --prompt $db_prompt --new $db_new \
+  timeout "$(budget 150)" "$py" scripts/bench_hf_generate.py --model $db_model --batch "$(echo $db_batches | tr ' ' ,)" --prompt $db_prompt --new $db_new \
     --runs $db_runs --device $dev --dtype bf16 >"$out/decode-bench-hf.json" 2>"$out/decode-bench-hf.log" ||
     echo "bench_hf_generate.py: rc $?: $(tail -n 1 "$out/decode-bench-hf.log" | cut -c1-300)"
   cat "$out/decode-bench-hf.json"
@@ -509,7 +539,7 @@ init_model() {
 }
 
 # 8. Three steps of gochat train with the single-GPU recipe, shortened.
-if want rlhf-run; then
+if start_row rlhf-run 200; then
   section "gochat train --actor opt-1.3b --reward opt-350m, opt-1.3b-single-gpu recipe, short"
   t0=$(date +%s)
   if [ -z "$tokdir" ] || [ -z "$sample" ]; then
@@ -540,7 +570,7 @@ if want rlhf-run; then
       done >"$out/rlhf-smi.txt" &
       smi_pid=$!
     fi
-    HF_HUB_OFFLINE=1 timeout 420 "$gochat" --device $dev --log-format json train --actor opt-1.3b --reward opt-350m \
+    HF_HUB_OFFLINE=1 timeout "$(budget 420)" "$gochat" --device $dev --log-format json train --actor opt-1.3b --reward opt-350m \
       --data "$data" --recipe "$work/rlhf-recipe.yaml" --output-dir "$work/rlhf" >"$out/rlhf-run.log" 2>&1
     rc=$?
     if [ -n "$smi_pid" ]; then
@@ -570,7 +600,7 @@ fi
 # (19.6 GiB), so the run with --skip-preflight must run out of memory
 # whatever the activations take, and leaves 5.4 GiB over the offloaded
 # run's plan.
-if want offload; then
+if start_row offload 120; then
   section "ZeRO-Offload: opt-1.3b sft on a GPU capped at 16 GiB"
   t0=$(date +%s)
   cap=16GiB cap_bytes=$((16 << 30))
@@ -584,15 +614,15 @@ if want offload; then
     sft=(--device "$dev" --gpu-memory-limit "$cap" --log-format json sft --model "$work/init/opt-1.3b" --data "$data" --dtype bf16
       "${sizes[@]}" --gradient-checkpointing --max-steps 2 --learning-rate 1e-5 --data-cache off --overwrite)
     echo "--- without --offload"
-    timeout 240 "$gochat" "${sft[@]}" --output-dir "$work/offload-refused" >"$out/offload-refused.log" 2>&1
+    timeout "$(budget 240)" "$gochat" "${sft[@]}" --output-dir "$work/offload-refused" >"$out/offload-refused.log" 2>&1
     rc_refused=$?
     grep -E '^gochat:' "$out/offload-refused.log" | cut -c1-400
     echo "--- without --offload, --skip-preflight"
-    timeout 240 "$gochat" "${sft[@]}" --skip-preflight --output-dir "$work/offload-oom" >"$out/offload-oom.log" 2>&1
+    timeout "$(budget 240)" "$gochat" "${sft[@]}" --skip-preflight --output-dir "$work/offload-oom" >"$out/offload-oom.log" 2>&1
     rc_oom=$?
     grep -E '^gochat:' "$out/offload-oom.log" | cut -c1-400
     echo "--- with --offload"
-    timeout 240 "$gochat" "${sft[@]}" --offload --output-dir "$work/offload-ran" >"$out/offload-ran.log" 2>&1
+    timeout "$(budget 240)" "$gochat" "${sft[@]}" --offload --output-dir "$work/offload-ran" >"$out/offload-ran.log" 2>&1
     rc_ran=$?
     grep -E 'memory plan|"step":[0-9]|memory: device peak|^gochat:' "$out/offload-ran.log" | cut -c1-300
     line=$("$py" scripts/gpu_check_rows.py offload --limit $cap_bytes --refused "$out/offload-refused.log" --rc-refused $rc_refused \

@@ -11,7 +11,8 @@ whatever Python the GPU machine has.
     gpu_check_rows.py offload --limit BYTES --refused F --rc-refused N --oom F --rc-oom N --ran F --rc-ran N
 
 Each verdict prints a table of the figures on stderr and one line on stdout,
-"PASS<TAB>detail" or "FAIL<TAB>detail", which gpu-check.sh records.
+"PASS<TAB>detail" or "FAIL<TAB>detail", which gpu-check.sh records. Tested on
+made-up logs by scripts/gpu_check_rows_test.py.
 """
 import argparse
 import datetime
@@ -253,6 +254,14 @@ def cmd_rlhf_run(a):
     return verdict(ok, "; ".join(parts))
 
 
+def lines_of(path):
+    try:
+        with open(path) as f:
+            return [l.rstrip("\n") for l in f]
+    except OSError:
+        return []
+
+
 def first_error(path, rc=None):
     """gochat's error line ("gochat: ...") in a log, or what the exit
     status says."""
@@ -274,7 +283,12 @@ def first_error(path, rc=None):
 def cmd_offload(a):
     refused_msg, oom_msg = first_error(a.refused, a.rc_refused), first_error(a.oom, a.rc_oom)
     refused = a.rc_refused == 2 and "does not fit in GPU" in refused_msg
-    oom = a.rc_oom != 0 and "out of memory" in oom_msg and "limit" in oom_msg
+    # The allocator's error, wherever it surfaced (gochat's error line, or
+    # a panic's message).
+    oom_line = next((l for l in lines_of(a.oom) if "out of memory" in l and "limit" in l), "")
+    oom = a.rc_oom != 0 and oom_line != ""
+    if oom:
+        oom_msg = oom_line
     ran = json_lines(a.ran)
     plan = {}
     for name, path in (("without", a.refused), ("with", a.ran)):

@@ -30,45 +30,51 @@ func TestBF16MatchesPyTorchAutocast(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				dir := filepath.Join("testdata", "golden", name)
-				m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if m.Params.Flat.DType() != kernels.BF16 {
-					t.Fatalf("parameters are %v, want bf16", m.Params.Flat.DType())
-				}
-				g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
-				ids, shape := g.i32("ids")
-				mask, _ := g.i32("mask")
-				targets, _ := g.i32("targets")
-				a := must(m.NewActs(shape[0], shape[1], ActsOptions{}))
-				if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
-					t.Fatal(err)
-				}
-				logits, err := m.Logits(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				loss, _, err := m.MeanLoss(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
-				// bf16 has 8 significant bits: 2^-8 relative per rounding.
-				checkClose(t, "logits vs torch autocast", logits, torchBF16, 2e-2, 1)
-				ours, _ := relErr(logits, exact, 1)
-				theirs, _ := relErr(torchBF16, exact, 1)
-				t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
-				if ours > 1.5*theirs+1e-3 {
-					t.Errorf("gochat bf16 logit error %.3g exceeds 1.5x PyTorch's %.3g", ours, theirs)
-				}
-				wantLoss := float64(g.f32("loss_bf16")[0])
-				if d := math.Abs(float64(loss) - wantLoss); d > 1e-2*math.Abs(wantLoss) {
-					t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, wantLoss, g.f32("loss_exact")[0])
-				}
+				checkOPTBF16(t, dev, name, cpuTol)
 			})
 		}
+	}
+}
+
+// checkOPTBF16 is TestBF16MatchesPyTorchAutocast's check of the OPT case
+// name on dev.
+func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
+	dir := filepath.Join("testdata", "golden", name)
+	m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Params.Flat.DType() != kernels.BF16 {
+		t.Fatalf("parameters are %v, want bf16", m.Params.Flat.DType())
+	}
+	g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
+	ids, shape := g.i32("ids")
+	mask, _ := g.i32("mask")
+	targets, _ := g.i32("targets")
+	a := must(m.NewActs(shape[0], shape[1], ActsOptions{}))
+	if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
+		t.Fatal(err)
+	}
+	logits, err := m.Logits(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, _, err := m.MeanLoss(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
+	// bf16 has 8 significant bits: 2^-8 relative per rounding.
+	checkClose(t, "logits vs torch autocast", logits, torchBF16, 2e-2*tol.bf16Logits, 1)
+	ours, _ := relErr(logits, exact, 1)
+	theirs, _ := relErr(torchBF16, exact, 1)
+	t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
+	if ours > tol.bf16Ratio*theirs+tol.bf16Abs {
+		t.Errorf("gochat bf16 logit error %.3g exceeds %gx PyTorch's %.3g + %g", ours, tol.bf16Ratio, theirs, tol.bf16Abs)
+	}
+	wantLoss := float64(g.f32("loss_bf16")[0])
+	if d := math.Abs(float64(loss) - wantLoss); d > tol.bf16Loss*math.Abs(wantLoss) {
+		t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, wantLoss, g.f32("loss_exact")[0])
 	}
 }
 
@@ -83,42 +89,46 @@ func TestBF16MatchesPyTorchAutocast(t *testing.T) {
 // them fp32). A wrong backward is off by about 100%.
 func TestBF16Gradients(t *testing.T) {
 	for _, name := range []string{"preln", "postln"} {
-		t.Run(name, func(t *testing.T) {
-			dir := filepath.Join("testdata", "golden", name)
-			m, err := Load(newCPU(t, 2), dir, LoadOptions{DType: kernels.BF16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
-			ids, shape := g.i32("ids")
-			mask, _ := g.i32("mask")
-			targets, _ := g.i32("targets")
-			for _, ckpt := range []bool{false, true} {
-				a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: true, Checkpoint: ckpt}))
-				if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
-					t.Fatal(err)
-				}
-				grad := m.MeanLossGrad(a)
-				if g.has("dvalues") {
-					grad.DValues = g.f32("dvalues")
-				}
-				if err := m.AllocGrads(); err != nil {
-					t.Fatal(err)
-				}
-				m.ZeroGrads()
-				if err := m.Backward(a, grad); err != nil {
-					t.Fatal(err)
-				}
-				if m.Grads.Flat.DType() != kernels.F32 {
-					t.Fatalf("gradients are %v, want f32", m.Grads.Flat.DType())
-				}
-				ours, theirs := bf16GradErrors(m, g)
-				t.Logf("checkpoint=%v: relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", ckpt, ours, theirs)
-				if ours > 2*theirs+0.05 {
-					t.Errorf("checkpoint=%v: gradient error %.3g, PyTorch autocast's %.3g", ckpt, ours, theirs)
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkOPTBF16Grads(t, newCPU(t, 2), name, cpuTol) })
+	}
+}
+
+// checkOPTBF16Grads is TestBF16Gradients' check of the OPT case name on
+// dev, with and without gradient checkpointing.
+func checkOPTBF16Grads(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
+	dir := filepath.Join("testdata", "golden", name)
+	m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
+	ids, shape := g.i32("ids")
+	mask, _ := g.i32("mask")
+	targets, _ := g.i32("targets")
+	for _, ckpt := range []bool{false, true} {
+		a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: true, Checkpoint: ckpt}))
+		if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
+			t.Fatal(err)
+		}
+		grad := m.MeanLossGrad(a)
+		if g.has("dvalues") {
+			grad.DValues = g.f32("dvalues")
+		}
+		if err := m.AllocGrads(); err != nil {
+			t.Fatal(err)
+		}
+		m.ZeroGrads()
+		if err := m.Backward(a, grad); err != nil {
+			t.Fatal(err)
+		}
+		if m.Grads.Flat.DType() != kernels.F32 {
+			t.Fatalf("gradients are %v, want f32", m.Grads.Flat.DType())
+		}
+		ours, theirs := bf16GradErrors(m, g)
+		t.Logf("checkpoint=%v: relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", ckpt, ours, theirs)
+		if ours > tol.bf16GradRatio*theirs+tol.bf16GradAbs {
+			t.Errorf("checkpoint=%v: gradient error %.3g, PyTorch autocast's %.3g", ckpt, ours, theirs)
+		}
 	}
 }
 

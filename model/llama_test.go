@@ -41,52 +41,60 @@ func loadLlama(t testing.TB, name string, opts LoadOptions) *Model {
 func TestLlamaGoldenPyTorch(t *testing.T) {
 	for _, name := range llamaCases {
 		for _, side := range []string{"left", "right"} {
-			t.Run(name+"/"+side, func(t *testing.T) {
-				m := loadLlama(t, name, LoadOptions{})
-				g := openGolden(t, filepath.Join("testdata", "llama", name, side+".safetensors"))
-				ids, shape := g.i32("ids")
-				mask, _ := g.i32("mask")
-				targets, _ := g.i32("targets")
-				B, T := shape[0], shape[1]
-				batch := Batch{IDs: ids, Mask: mask, Targets: targets}
-				if m.HasValueHead() != g.has("values") {
-					t.Fatalf("value head %v, golden values %v", m.HasValueHead(), g.has("values"))
-				}
-				for _, ckpt := range []bool{false, true} {
-					a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
-					if err := m.Forward(a, batch); err != nil {
-						t.Fatal(err)
-					}
-					logits, _ := m.Logits(a)
-					checkClose(t, "logits", logits, g.f32("logits"), 1e-5, 0)
-					loss, _, _ := m.MeanLoss(a)
-					checkClose(t, "loss", []float32{loss}, g.f32("loss"), 1e-5, 0)
-					grad := m.MeanLossGrad(a)
-					if g.has("values") {
-						v, _ := m.Values(a)
-						checkClose(t, "values", v, g.f32("values"), 1e-5, 0)
-						grad.DValues = g.f32("dvalues")
-					}
-					if err := m.AllocGrads(); err != nil {
-						t.Fatal(err)
-					}
-					m.ZeroGrads()
-					if err := m.Backward(a, grad); err != nil {
-						t.Fatal(err)
-					}
-					checkLlamaGrads(t, m, g, fmt.Sprintf("checkpoint=%v", ckpt))
-					a.Free()
-				}
-				checkLlamaAdamW(t, m, g, batch, B, T)
-			})
+			t.Run(name+"/"+side, func(t *testing.T) { checkLlamaGolden(t, newCPU(t, 2), name, side, cpuTol) })
 		}
 	}
+}
+
+// checkLlamaGolden is checkOPTGolden for the LLaMA-family cases of
+// testdata/llama: logits, loss, values, every gradient (with and without
+// gradient checkpointing), then ten steps of optim.AdamW.
+func checkLlamaGolden(t *testing.T, dev kernels.Device, name, side string, tol goldenTol) {
+	m, err := Load(dev, filepath.Join("testdata", "llama", name), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := openGolden(t, filepath.Join("testdata", "llama", name, side+".safetensors"))
+	ids, shape := g.i32("ids")
+	mask, _ := g.i32("mask")
+	targets, _ := g.i32("targets")
+	B, T := shape[0], shape[1]
+	batch := Batch{IDs: ids, Mask: mask, Targets: targets}
+	if m.HasValueHead() != g.has("values") {
+		t.Fatalf("value head %v, golden values %v", m.HasValueHead(), g.has("values"))
+	}
+	for _, ckpt := range []bool{false, true} {
+		a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
+		if err := m.Forward(a, batch); err != nil {
+			t.Fatal(err)
+		}
+		logits, _ := m.Logits(a)
+		checkClose(t, "logits", logits, g.f32("logits"), 1e-5*tol.fp32, 0)
+		loss, _, _ := m.MeanLoss(a)
+		checkClose(t, "loss", []float32{loss}, g.f32("loss"), 1e-5*tol.fp32, 0)
+		grad := m.MeanLossGrad(a)
+		if g.has("values") {
+			v, _ := m.Values(a)
+			checkClose(t, "values", v, g.f32("values"), 1e-5*tol.fp32, 0)
+			grad.DValues = g.f32("dvalues")
+		}
+		if err := m.AllocGrads(); err != nil {
+			t.Fatal(err)
+		}
+		m.ZeroGrads()
+		if err := m.Backward(a, grad); err != nil {
+			t.Fatal(err)
+		}
+		checkLlamaGrads(t, m, g, fmt.Sprintf("checkpoint=%v", ckpt), tol)
+		a.Free()
+	}
+	checkLlamaAdamW(t, m, g, batch, B, T, tol)
 }
 
 // checkLlamaGrads compares every parameter gradient with PyTorch's, each
 // relative to the largest gradient of its tensor, floored at 1e-3 of the
 // largest in the model (for tensors whose gradient is all rounding noise).
-func checkLlamaGrads(t *testing.T, m *Model, g *goldenFile, what string) {
+func checkLlamaGrads(t *testing.T, m *Model, g *goldenFile, what string, tol goldenTol) {
 	t.Helper()
 	global := goldenGradMax(m, g)
 	for _, name := range m.ParamNames() {
@@ -97,14 +105,14 @@ func checkLlamaGrads(t *testing.T, m *Model, g *goldenFile, what string) {
 		if !slices.ContainsFunc(want, func(x float32) bool { return x != 0 }) && name != "v_head.weight" {
 			t.Errorf("%s: PyTorch's gradient of %s is zero: the test would not see it", what, name)
 		}
-		checkClose(t, what+" grad "+name, got, want, 1e-4, 1e-3*global)
+		checkClose(t, what+" grad "+name, got, want, 1e-4*tol.fp32, 1e-3*global)
 	}
 }
 
 // checkLlamaAdamW runs ten steps of gochat's optim.AdamW (weight decay 0.1
 // except for optim.NoDecay names, as the script's torch.optim.AdamW groups)
 // on the mean loss: the loss trajectory matches PyTorch's.
-func checkLlamaAdamW(t *testing.T, m *Model, g *goldenFile, batch Batch, B, T int) {
+func checkLlamaAdamW(t *testing.T, m *Model, g *goldenFile, batch Batch, B, T int, tol goldenTol) {
 	t.Helper()
 	var decay, noDecay optim.Group
 	decay.WeightDecay, decay.LR, noDecay.LR = 0.1, 1e-3, 1e-3
@@ -137,7 +145,7 @@ func checkLlamaAdamW(t *testing.T, m *Model, g *goldenFile, batch Batch, B, T in
 		opt.Step(1, 1)
 	}
 	for i := range want {
-		checkClose(t, fmt.Sprintf("AdamW loss at step %d", i+1), got[i:i+1], want[i:i+1], 1e-5, 0)
+		checkClose(t, fmt.Sprintf("AdamW loss at step %d", i+1), got[i:i+1], want[i:i+1], 1e-5*tol.fp32, 0)
 	}
 	if !(got[len(got)-1] < got[0]-0.5) {
 		t.Errorf("AdamW did not lower the loss: %v", got)
@@ -237,49 +245,58 @@ func TestLlamaBF16MatchesPyTorchAutocast(t *testing.T) {
 	for _, name := range llamaCases {
 		for _, isa := range []string{"", "generic"} {
 			t.Run(name+"/"+cmpOr(isa, "best"), func(t *testing.T) {
-				dev := must(cpu.New(cpu.Options{Threads: 2, ISA: isa}))
-				dir := filepath.Join("testdata", "llama", name)
-				m := must(Load(dev, dir, LoadOptions{DType: kernels.BF16}))
-				if m.Params.Flat.DType() != kernels.BF16 {
-					t.Fatalf("parameters are %v, want bf16", m.Params.Flat.DType())
-				}
-				g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
-				ids, shape := g.i32("ids")
-				mask, _ := g.i32("mask")
-				targets, _ := g.i32("targets")
-				a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: true}))
-				if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
-					t.Fatal(err)
-				}
-				logits, _ := m.Logits(a)
-				loss, _, _ := m.MeanLoss(a)
-				torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
-				checkClose(t, "logits vs torch autocast", logits, torchBF16, 3e-2, 1)
-				ours, _ := relErr(logits, exact, 1)
-				theirs, _ := relErr(torchBF16, exact, 1)
-				t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
-				if ours > 1.5*theirs+1e-3 {
-					t.Errorf("gochat bf16 logit error %.3g exceeds 1.5x PyTorch's %.3g", ours, theirs)
-				}
-				if want := float64(g.f32("loss_bf16")[0]); math.Abs(float64(loss)-want) > 1e-2*math.Abs(want) {
-					t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, want, g.f32("loss_exact")[0])
-				}
-				grad := m.MeanLossGrad(a)
-				if g.has("dvalues") {
-					grad.DValues = g.f32("dvalues")
-				}
-				must(0, m.AllocGrads())
-				m.ZeroGrads()
-				if err := m.Backward(a, grad); err != nil {
-					t.Fatal(err)
-				}
-				og, tg := bf16GradErrors(m, g)
-				t.Logf("relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", og, tg)
-				if og > 2*tg+0.05 {
-					t.Errorf("gradient error %.3g, PyTorch autocast's %.3g", og, tg)
-				}
+				checkLlamaBF16(t, must(cpu.New(cpu.Options{Threads: 2, ISA: isa})), name, cpuTol)
 			})
 		}
+	}
+}
+
+// checkLlamaBF16 runs the LLaMA-family case name with bf16 weights on dev:
+// logits and loss against PyTorch's autocast, logits and gradients against
+// the exact answer of the same weights, next to autocast's own errors.
+func checkLlamaBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
+	dir := filepath.Join("testdata", "llama", name)
+	m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Params.Flat.DType() != kernels.BF16 {
+		t.Fatalf("parameters are %v, want bf16", m.Params.Flat.DType())
+	}
+	g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
+	ids, shape := g.i32("ids")
+	mask, _ := g.i32("mask")
+	targets, _ := g.i32("targets")
+	a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: true}))
+	if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
+		t.Fatal(err)
+	}
+	logits, _ := m.Logits(a)
+	loss, _, _ := m.MeanLoss(a)
+	torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
+	checkClose(t, "logits vs torch autocast", logits, torchBF16, 3e-2*tol.bf16Logits, 1)
+	ours, _ := relErr(logits, exact, 1)
+	theirs, _ := relErr(torchBF16, exact, 1)
+	t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
+	if ours > tol.bf16Ratio*theirs+tol.bf16Abs {
+		t.Errorf("gochat bf16 logit error %.3g exceeds %gx PyTorch's %.3g + %g", ours, tol.bf16Ratio, theirs, tol.bf16Abs)
+	}
+	if want := float64(g.f32("loss_bf16")[0]); math.Abs(float64(loss)-want) > tol.bf16Loss*math.Abs(want) {
+		t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, want, g.f32("loss_exact")[0])
+	}
+	grad := m.MeanLossGrad(a)
+	if g.has("dvalues") {
+		grad.DValues = g.f32("dvalues")
+	}
+	must(0, m.AllocGrads())
+	m.ZeroGrads()
+	if err := m.Backward(a, grad); err != nil {
+		t.Fatal(err)
+	}
+	og, tg := bf16GradErrors(m, g)
+	t.Logf("relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", og, tg)
+	if og > tol.bf16GradRatio*tg+tol.bf16GradAbs {
+		t.Errorf("gradient error %.3g, PyTorch autocast's %.3g", og, tg)
 	}
 }
 

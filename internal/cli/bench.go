@@ -301,8 +301,15 @@ func loadArch(name string) (*model.Config, error) {
 	return model.PresetConfig(name)
 }
 
-// benchTrainResult is one dtype's figures in `gochat bench train`.
+// benchTrainResult is one dtype's figures in `gochat bench train`; with
+// --json one object a line (scripts/gpu-check.sh reads tokens_per_sec and
+// params: model FLOPs utilisation is 6·params·tokens/s over the GPU's
+// peak).
 type benchTrainResult struct {
+	Model      string  `json:"model"`
+	Params     int     `json:"params"`
+	Batch      int     `json:"batch"`
+	Seq        int     `json:"seq"`
 	DType      string  `json:"dtype"`
 	TPS        float64 `json:"tokens_per_sec"`
 	StepSecs   float64 `json:"step_seconds"`
@@ -325,6 +332,9 @@ func runBenchTrain(opts *BenchTrainOptions) error {
 		}
 	}
 	res := make([]benchTrainResult, len(dts))
+	for i := range res {
+		res[i].Model, res[i].Batch, res[i].Seq = opts.Model, opts.Batch, opts.Seq
+	}
 	for range max(opts.Rounds, 1) {
 		for i, dt := range dts {
 			o := *opts
@@ -405,7 +415,13 @@ func benchTrainOnce(opts *BenchTrainOptions, r *benchTrainResult) error {
 		return err
 	}
 	opts.g.Log.Info().Str("model", opts.Model).Int("params", m.NumParams()).Int("batch", B).Int("seq", T).Str("device", dev.Name()).Stringer("dtype", m.DType()).Msg("bench train")
+	// A step ends when the device has done its work: a GPU queues the
+	// optimizer's kernels and returns (Sync waits; on the CPU it returns
+	// at once).
 	if err := trainStep(); err != nil { // warm-up
+		return err
+	}
+	if err := dev.Sync(); err != nil {
 		return err
 	}
 	for i := range opts.Steps {
@@ -413,11 +429,14 @@ func benchTrainOnce(opts *BenchTrainOptions, r *benchTrainResult) error {
 		if err := trainStep(); err != nil {
 			return err
 		}
+		if err := dev.Sync(); err != nil {
+			return err
+		}
 		sec := time.Since(t0).Seconds()
 		r.times = append(r.times, sec)
 		opts.g.Log.Debug().Int("step", i+1).Float64("seconds", sec).Float32("loss", loss).Msg("step")
 	}
-	r.DType, r.Device = m.DType().String(), dev.Name()
+	r.DType, r.Device, r.Params = m.DType().String(), dev.Name(), m.NumParams()
 	r.DevicePeak = max(r.DevicePeak, dev.MemStats().Peak)
 	return nil
 }

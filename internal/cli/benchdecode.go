@@ -35,8 +35,10 @@ func newBenchDecodeCmd(g *Globals, runF func(*BenchDecodeOptions) error) *cobra.
 		Long: `Prefill a random prompt of --prompt tokens for --batch rows, then decode --new
 tokens one position at a time (each step feeds the argmax back), as generation
 does. Reports the decode tokens/s (new tokens × batch / decode time, median of
---runs), the prefill time, and the weights' and KV cache's bytes, for each
---dtype in the order given; with several, the ratio to the first.`,
+--runs), the prefill time, the end-to-end tokens/s (new tokens × batch /
+(prefill + decode), median of --runs: what a caller of generate sees), and the
+weights' and KV cache's bytes, for each --dtype in the order given; with
+several, the ratio to the first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := flagsBelow(cmd.Flags(), flagMin{"batch", 1}, flagMin{"prompt", 1}, flagMin{"new", 1}, flagMin{"runs", 1}); err != nil {
@@ -104,11 +106,12 @@ func runBenchDecode(o *BenchDecodeOptions) error {
 		if _, _, err := run(); err != nil { // warm-up
 			return err
 		}
-		pre, dec := make([]float64, o.Runs), make([]float64, o.Runs)
+		pre, dec, both := make([]float64, o.Runs), make([]float64, o.Runs), make([]float64, o.Runs)
 		for r := range o.Runs {
 			if pre[r], dec[r], err = run(); err != nil {
 				return err
 			}
+			both[r] = pre[r] + dec[r]
 		}
 		tps := float64(B*N) / median(dec)
 		if i == 0 {
@@ -116,9 +119,9 @@ func runBenchDecode(o *BenchDecodeOptions) error {
 		}
 		weights, kvBytes := m.NumParams()*m.DType().Size(), kc.Bytes()
 		res := map[string]any{"model": o.Model, "dtype": m.DType().String(), "batch": B, "prompt": T0, "new": N,
-			"decode_tokens_per_sec": round(tps, 2), "prefill_seconds": round(median(pre), 4),
-			"weight_bytes": weights, "kv_cache_bytes": kvBytes, "device_peak_bytes": m.Dev.MemStats().Peak,
-			"device": m.Dev.Name(), "vs_first": round(tps/first, 3)}
+			"params": m.NumParams(), "decode_tokens_per_sec": round(tps, 2), "prefill_seconds": round(median(pre), 4),
+			"tokens_per_sec": round(float64(B*N)/median(both), 2), "weight_bytes": weights, "kv_cache_bytes": kvBytes,
+			"device_peak_bytes": m.Dev.MemStats().Peak, "device": m.Dev.Name(), "vs_first": round(tps/first, 3)}
 		kc.Free()
 		m.Free()
 		if o.JSON {

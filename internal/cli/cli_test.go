@@ -143,6 +143,10 @@ func TestBenchMatmulJSON(t *testing.T) {
 func TestBenchTrainJSON(t *testing.T) {
 	cfg := filepath.Join("..", "..", "model", "testdata", "golden", "postln", "config.json")
 	type result struct {
+		Model      string  `json:"model"`
+		Params     int     `json:"params"`
+		Batch      int     `json:"batch"`
+		Seq        int     `json:"seq"`
 		DType      string  `json:"dtype"`
 		TPS        float64 `json:"tokens_per_sec"`
 		StepSecs   float64 `json:"step_seconds"`
@@ -168,7 +172,8 @@ func TestBenchTrainJSON(t *testing.T) {
 			if err := json.Unmarshal([]byte(l), &r); err != nil {
 				t.Fatal(err)
 			}
-			if r.DType != c.want[i] || !(r.TPS > 0 && r.StepSecs > 0 && r.PeakRSS > 0 && r.DevicePeak > 0 && r.VsFirst > 0) {
+			if r.DType != c.want[i] || !(r.TPS > 0 && r.StepSecs > 0 && r.PeakRSS > 0 && r.DevicePeak > 0 && r.VsFirst > 0) ||
+				r.Model != cfg || r.Params <= 0 || r.Batch != 2 || r.Seq != 8 {
 				t.Errorf("--dtype %s, line %d: %+v", c.dtype, i, r)
 			}
 			res = append(res, r)
@@ -350,12 +355,20 @@ func TestBenchDecode(t *testing.T) {
 	}
 	for i, want := range []string{"f32", "bf16"} {
 		var r struct {
-			DType  string  `json:"dtype"`
-			TPS    float64 `json:"decode_tokens_per_sec"`
-			Weight int     `json:"weight_bytes"`
+			DType   string  `json:"dtype"`
+			TPS     float64 `json:"decode_tokens_per_sec"`
+			E2E     float64 `json:"tokens_per_sec"`
+			Prefill float64 `json:"prefill_seconds"`
+			Weight  int     `json:"weight_bytes"`
+			Params  int     `json:"params"`
 		}
-		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.DType != want || r.TPS <= 0 || r.Weight <= 0 {
+		if err := json.Unmarshal([]byte(lines[i]), &r); err != nil || r.DType != want || r.TPS <= 0 || r.Weight <= 0 || r.Params <= 0 {
 			t.Errorf("line %d: %q (%v)", i, lines[i], err)
+		}
+		// End to end (prefill + decode) is slower than decoding alone
+		// (one run: medians of one).
+		if !(r.E2E > 0 && r.E2E <= r.TPS) {
+			t.Errorf("line %d: end-to-end %v tokens/s, decode %v: %q", i, r.E2E, r.TPS, lines[i])
 		}
 	}
 	if _, errOut, code := run(t, "bench", "decode", "--model", cfg, "--dtype", "fp16"); code != 2 || !strings.Contains(errOut, "--dtype") {

@@ -9,6 +9,7 @@ import (
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/kernels/cpu"
 	"github.com/gochat-ai/gochat/kernels/cuda"
+	"github.com/gochat-ai/gochat/plan"
 )
 
 // newCPU returns the CPU backend with the --threads setting.
@@ -68,19 +69,85 @@ func openGPU(g *Globals, ordinal int) (kernels.Device, error) {
 	return openCUDA(g, ordinal)
 }
 
-// openCUDA opens GPU ordinal with kernels/cuda, logging kernel builds.
+// openCUDA opens GPU ordinal with kernels/cuda (cudaOptions).
 func openCUDA(g *Globals, ordinal int) (kernels.Device, error) {
-	d, err := cuda.New(cuda.Options{Ordinal: ordinal, OnBuild: func(target string, cached bool) {
+	d, err := cuda.New(cudaOptions(g, ordinal))
+	if err != nil {
+		return nil, err
+	}
+	if g.gpuMemLimit > 0 {
+		g.Log.Info().Int64("gpu_memory_limit_bytes", g.gpuMemLimit).Str("device", d.Name()).
+			Msgf("cuda: device memory capped at %s (--gpu-memory-limit or %s)", plan.GiB(g.gpuMemLimit), gpuMemoryLimitEnv)
+	}
+	return d, nil
+}
+
+// cudaOptions are the kernels/cuda options of GPU ordinal: the memory cap
+// of --gpu-memory-limit, and kernel builds logged.
+func cudaOptions(g *Globals, ordinal int) cuda.Options {
+	return cuda.Options{Ordinal: ordinal, MemLimit: g.gpuMemLimit, OnBuild: func(target string, cached bool) {
 		if cached {
 			g.Log.Debug().Str("target", target).Msg("cuda: kernels from the disk cache")
 		} else {
 			g.Log.Info().Str("target", target).Msg("cuda: kernels compiled (once per GPU architecture and gochat version)")
 		}
-	}})
-	if err != nil {
-		return nil, err
+	}}
+}
+
+// gpuMemoryLimitEnv is the default of --gpu-memory-limit.
+const gpuMemoryLimitEnv = "GOCHAT_CUDA_MEMORY_LIMIT"
+
+// gpuMemoryLimitHelp is the help text of --gpu-memory-limit.
+const gpuMemoryLimitHelp = "cap on the device memory gochat's CUDA allocator holds (live buffers, its cache and mapped chunks), " +
+	"e.g. 16GiB, 20GB or bytes; an allocation past it fails with the numbers, and the memory pre-flight plans the GPU as that size. " +
+	"0: the GPU's memory (default $" + gpuMemoryLimitEnv + ")"
+
+// resolveGPUMemoryLimit parses --gpu-memory-limit, or when the flag is not
+// given $GOCHAT_CUDA_MEMORY_LIMIT (getenv), into g.gpuMemLimit.
+func resolveGPUMemoryLimit(g *Globals, flagSet bool, getenv func(string) string) error {
+	s, from := g.GPUMemLimit, "--gpu-memory-limit"
+	if !flagSet {
+		s, from = getenv(gpuMemoryLimitEnv), gpuMemoryLimitEnv
 	}
-	return d, nil
+	if s == "" {
+		g.gpuMemLimit = 0
+		return nil
+	}
+	n, err := parseByteSize(s)
+	if err != nil {
+		return usageErrorf("%s %q: %v", from, s, err)
+	}
+	g.gpuMemLimit = n
+	return nil
+}
+
+// parseByteSize parses a size in bytes: a number, optionally fractional,
+// with an optional unit, case-insensitive: B; K, M, G, T and KiB, MiB,
+// GiB, TiB (powers of 1024, as nvidia-smi and PyTorch count GPU memory);
+// KB, MB, GB, TB (powers of 1000).
+func parseByteSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	units := map[string]float64{"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}
+	mul, ok := units[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q (want B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)", unit)
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || num == "" {
+		return 0, fmt.Errorf("want a size such as 16GiB, 20GB or a number of bytes")
+	}
+	b := v * mul
+	if b >= 1<<62 {
+		return 0, fmt.Errorf("too large")
+	}
+	return int64(b), nil
 }
 
 // localGPU returns the GPU a rank takes when --device does not name one:

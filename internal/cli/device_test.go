@@ -149,3 +149,80 @@ func TestEnvCheckOnCPU(t *testing.T) {
 		t.Fatalf("code %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+func TestParseByteSize(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{"0", 0, false}, {"1048576", 1 << 20, false}, {"512B", 512, false}, {"16GiB", 16 << 30, false}, {"16g", 16 << 30, false},
+		{"16 GiB", 16 << 30, false}, {"13.5GiB", 27 << 29, false}, {"20GB", 20e9, false}, {"300MB", 300e6, false},
+		{"2TiB", 2 << 40, false}, {"64k", 64 << 10, false},
+		{"", 0, true}, {"GiB", 0, true}, {"-1GiB", 0, true}, {"16 gibibytes", 0, true}, {"1e3", 0, true}, {"9999999TiB", 0, true}, {"1.2.3G", 0, true},
+	} {
+		got, err := parseByteSize(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d, error %v", c.in, got, err, c.want, c.bad)
+		}
+	}
+}
+
+// TestGPUMemoryLimit: --gpu-memory-limit, else $GOCHAT_CUDA_MEMORY_LIMIT,
+// becomes kernels/cuda's Options.MemLimit for every GPU the commands open
+// (cudaOptions, what openCUDA passes to cuda.New; kernels/cuda's TestMemLimit
+// checks the allocator and MemInfo under it); the flag wins over the
+// variable; a malformed size is a usage error naming where it came from.
+func TestGPUMemoryLimit(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == gpuMemoryLimitEnv {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		flag    string
+		flagSet bool
+		env     string
+		want    int64
+		errHas  string
+	}{
+		{want: 0},
+		{env: "20GiB", want: 20 << 30},
+		{flag: "16GiB", flagSet: true, env: "20GiB", want: 16 << 30},
+		{flag: "0", flagSet: true, env: "20GiB", want: 0},
+		{flag: "lots", flagSet: true, errHas: `--gpu-memory-limit "lots"`},
+		{env: "-3G", errHas: gpuMemoryLimitEnv + ` "-3G"`},
+	} {
+		g := &Globals{GPUMemLimit: c.flag}
+		err := resolveGPUMemoryLimit(g, c.flagSet, env(c.env))
+		if c.errHas != "" {
+			var ue usageError
+			if err == nil || !strings.Contains(err.Error(), c.errHas) || !errors.As(err, &ue) {
+				t.Errorf("flag %q env %q: error %v, want a usage error with %q", c.flag, c.env, err, c.errHas)
+			}
+			continue
+		}
+		if err != nil || g.gpuMemLimit != c.want {
+			t.Errorf("flag %q env %q: %d, %v; want %d", c.flag, c.env, g.gpuMemLimit, err, c.want)
+		}
+		if o := cudaOptions(g, 3); o.MemLimit != c.want || o.Ordinal != 3 || o.OnBuild == nil {
+			t.Errorf("flag %q env %q: cuda.Options %+v, want MemLimit %d on ordinal 3", c.flag, c.env, o, c.want)
+		}
+	}
+
+	// Through the command line: the flag reaches the Globals a GPU is
+	// opened with.
+	var got int64 = -1
+	g := &Globals{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: &bytes.Buffer{},
+		OpenGPU: func(g *Globals, n int) (kernels.Device, error) {
+			got = cudaOptions(g, n).MemLimit
+			c, err := newCPU(g)
+			return gpuStandIn{c}, err
+		}}
+	if code := execute(g, []string{"--device", "cuda", "--gpu-memory-limit", "12GiB", "bench", "decode", "--model", "llama-tiny", "--batch", "1", "--prompt", "1", "--new", "1", "--runs", "1", "--dtype", "fp32"}); code != 0 || got != 12<<30 {
+		t.Fatalf("exit %d, MemLimit %d; want 0 and 12 GiB", code, got)
+	}
+}

@@ -271,9 +271,24 @@ func tuneGC(g *Globals, mem plan.Memory) {
 	}
 }
 
-// logMemory logs a finished step's device peak and peak RSS beside the
-// planner's estimate.
+// cachingDevice is a device whose allocator holds memory beyond its live
+// buffers (kernels/cuda: cached blocks, rounding): CacheStats' peak is the
+// most it held from the GPU, what the GPU's own tools see of the step.
+type cachingDevice interface {
+	CacheStats() (inUse, cached, reserved, peak int64)
+}
+
+// logMemory logs a finished step's device peak (the high-water mark of
+// live buffers, which the planner estimates; on a GPU also the most its
+// allocator held, cache included) and peak RSS.
 func logMemory(g *Globals, dev kernels.Device, what string) {
-	g.Log.Info().Str("step", what).Int64("device_peak_bytes", dev.MemStats().Peak).Int64("peak_rss_bytes", peakRSS()).
-		Msgf("memory: device peak %s, peak RSS %s", plan.GiB(dev.MemStats().Peak), plan.GiB(peakRSS()))
+	peak := dev.MemStats().Peak
+	ev := g.Log.Info().Str("step", what).Str("device", dev.Name()).Int64("device_peak_bytes", peak).Int64("peak_rss_bytes", peakRSS())
+	held := ""
+	if c, ok := dev.(cachingDevice); ok {
+		_, _, _, reserved := c.CacheStats()
+		ev = ev.Int64("device_reserved_peak_bytes", reserved)
+		held = fmt.Sprintf(" (allocator held at most %s)", plan.GiB(reserved))
+	}
+	ev.Msgf("memory: device peak %s%s, peak RSS %s", plan.GiB(peak), held, plan.GiB(peakRSS()))
 }

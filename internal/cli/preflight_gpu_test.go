@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/gochat-ai/gochat/kernels"
 	"github.com/gochat-ai/gochat/plan"
 )
@@ -122,5 +124,56 @@ func TestPreflightGPU(t *testing.T) {
 	_, errOut, code = runGPU(t, free, host, append(run, "--skip-preflight")...)
 	if code == 0 || strings.Contains(lastLine(errOut), "does not fit") || !strings.Contains(errOut, "running anyway") {
 		t.Errorf("--skip-preflight: code %d: %s", code, lastLine(errOut))
+	}
+}
+
+// cachingStandIn is a GPU stand-in whose allocator reports what it held.
+type cachingStandIn struct {
+	gpuStandIn
+	heldPeak int64
+}
+
+func (c cachingStandIn) CacheStats() (inUse, cached, reserved, peak int64) {
+	return 0, 0, 0, c.heldPeak
+}
+
+// TestLogMemory: a step's memory line carries the device's name, its peak
+// of live buffers and, on a device with a caching allocator (kernels/cuda),
+// the most the allocator held (device_reserved_peak_bytes), which
+// scripts/gpu-check.sh reports per step of gochat train; a CPU device has
+// no such field.
+func TestLogMemory(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		var log bytes.Buffer
+		g := &Globals{Threads: 1, Log: zerolog.New(&log)}
+		c, err := newCPU(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.Alloc(kernels.F32, 1<<18) // 1 MiB
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Free(b)
+		var dev kernels.Device = gpuStandIn{c}
+		if withCache {
+			dev = cachingStandIn{gpuStandIn{c}, 3 << 30}
+		}
+		logMemory(g, dev, "step 2 (reward)")
+		var rec map[string]any
+		if err := json.Unmarshal(log.Bytes(), &rec); err != nil {
+			t.Fatalf("%v: %s", err, log.String())
+		}
+		if rec["step"] != "step 2 (reward)" || rec["device"] != "cuda:7 (stand-in)" || rec["device_peak_bytes"] != float64(1<<20) {
+			t.Errorf("cache %v: %s", withCache, log.String())
+		}
+		held, ok := rec["device_reserved_peak_bytes"]
+		msg, _ := rec["message"].(string)
+		if withCache && (held != float64(3<<30) || !strings.Contains(msg, "allocator held at most 3.00 GiB")) {
+			t.Errorf("with a caching allocator: %s", log.String())
+		}
+		if !withCache && ok {
+			t.Errorf("a device without a cache reports one: %s", log.String())
+		}
 	}
 }

@@ -66,6 +66,11 @@ type Globals struct {
 	// Dist is --dist: which communicator a multi-rank job uses (auto:
 	// NCCL when every rank is on a GPU, else MPI; mpi; nccl).
 	Dist string
+	// GPUMemLimit is --gpu-memory-limit as given; gpuMemLimit its bytes
+	// (from $GOCHAT_CUDA_MEMORY_LIMIT when the flag is not given; 0: no
+	// cap), passed to kernels/cuda as Options.MemLimit.
+	GPUMemLimit string
+	gpuMemLimit int64
 	// OpenGPU opens GPU N for newDevice (nil: kernels/cuda; tests fake it).
 	OpenGPU  func(g *Globals, ordinal int) (kernels.Device, error)
 	stopProf func()
@@ -136,6 +141,9 @@ func newRootCmd(g *Globals) *cobra.Command {
 			if _, err := parseDevice(g.Device); err != nil {
 				return err
 			}
+			if err := resolveGPUMemoryLimit(g, cmd.Flags().Changed("gpu-memory-limit"), os.Getenv); err != nil {
+				return err
+			}
 			switch g.Dist {
 			case "", "auto", "mpi", "nccl":
 			default:
@@ -165,6 +173,7 @@ func newRootCmd(g *Globals) *cobra.Command {
 	pf.StringVar(&g.LogFmt, "log-format", "auto", "log format: console, json, or auto (console on a terminal, else json)")
 	pf.IntVar(&g.Threads, "threads", 0, "CPU threads for kernels (0 = all cores)")
 	pf.StringVar(&g.Device, "device", "auto", "compute device: auto (a GPU when one is usable, else the CPU), cpu, cuda or cuda:N")
+	pf.StringVar(&g.GPUMemLimit, "gpu-memory-limit", "", gpuMemoryLimitHelp)
 	pf.StringVar(&g.Dist, "dist", "auto", "communicator of a multi-rank job (mpirun -np N): auto (NCCL when every rank is on a GPU, else MPI), mpi or nccl")
 	pf.StringVar(&g.CPUProf, "cpuprofile", "", "write a Go CPU profile to this file")
 

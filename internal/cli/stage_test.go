@@ -503,6 +503,38 @@ func TestPrintAnswersMatchScore(t *testing.T) {
 	}
 }
 
+// checkStepReports checks what scripts/gpu-check.sh (rlhf-run) reads from
+// the JSON log of `gochat train`: for each of the three steps a "step done"
+// line with its elapsed_seconds and a "memory:" line with the step's name
+// and its device peak.
+func checkStepReports(t *testing.T, log string) {
+	t.Helper()
+	done, peak := map[float64]float64{}, map[string]float64{}
+	for _, line := range strings.Split(log, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		msg, _ := rec["message"].(string)
+		switch {
+		case msg == "step done":
+			n, _ := rec["step"].(float64)
+			done[n], _ = rec["elapsed_seconds"].(float64)
+		case strings.HasPrefix(msg, "memory: device peak"):
+			name, _ := rec["step"].(string)
+			peak[name], _ = rec["device_peak_bytes"].(float64)
+		}
+	}
+	for n, name := range []string{"step 1 (sft)", "step 2 (reward)", "step 3 (ppo)"} {
+		if done[float64(n+1)] <= 0 {
+			t.Errorf("no elapsed_seconds in step %d's \"step done\" line (%v)", n+1, done)
+		}
+		if peak[name] <= 0 {
+			t.Errorf("no device_peak_bytes for %s (%v)", name, peak)
+		}
+	}
+}
+
 // TestTrainSteps runs `gochat train` with a recipe file on the shared
 // sample: all three steps, then nothing to redo, then --force for step 3,
 // and a recipe with a misspelt flag.
@@ -529,6 +561,7 @@ steps:
 			t.Errorf("%s: %v", d, err)
 		}
 	}
+	checkStepReports(t, errOut)
 	_, errOut, _ = run(t, args...)
 	if strings.Count(errOut, "complete, skipped") != 3 {
 		t.Errorf("second run did not skip the three finished steps:\n%s", errOut)

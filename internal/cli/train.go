@@ -324,7 +324,8 @@ func runTrain(o *TrainOptions) (err error) {
 				return fmt.Errorf("mark step %d complete: %w", st.n, err)
 			}
 		}
-		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).Msg("step done")
+		log.Info().Int("step", st.n).Str("seconds", times[st.n].Round(time.Second).String()).
+			Float64("elapsed_seconds", round(times[st.n].Seconds(), 3)).Msg("step done")
 	}
 	if !ranks.writer() {
 		return nil

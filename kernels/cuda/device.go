@@ -315,11 +315,22 @@ func (d *Device) CacheStats() (inUse, cached, reserved, peak int64) {
 
 // MemInfo reports the GPU's free and total memory as the driver sees it
 // (cuMemGetInfo, in bytes; free counts neither this context's allocations
-// nor its allocator's cache, which it can give back).
+// nor its allocator's cache, which it can give back). Under
+// Options.MemLimit it reports the limit's instead where they are smaller:
+// total the limit, free the limit less what the allocator holds. The
+// memory pre-flight plans with these figures, so a capped device is
+// planned as a GPU of that size.
 func (d *Device) MemInfo() (free, total int64, err error) {
 	free, total, err = d.g.memInfo()
 	if err != nil {
 		return 0, 0, fmt.Errorf("cuda: %s: %w", d.name, err)
+	}
+	if d.limit > 0 {
+		// What the limit leaves beside what the allocator holds (its
+		// blocks, cached ones included, and the mapped chunks), as the
+		// driver's free leaves beside what every context holds.
+		held := d.alloc.reserved + d.vmmBytes()
+		free, total = min(free, max(d.limit-held, 0)), min(total, d.limit)
 	}
 	return free, total, nil
 }

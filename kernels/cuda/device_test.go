@@ -354,3 +354,63 @@ func TestMemInfo(t *testing.T) {
 		t.Errorf("free after a 3 MiB buffer: %d, want %d", f, free-4<<20)
 	}
 }
+
+// TestMemLimit: Options.MemLimit reaches the allocator and MemInfo. A
+// device capped at 16 MiB of a 64 MiB GPU reports 16 MiB total and free,
+// less what it holds after an allocation (cached blocks included); an
+// allocation past the cap fails with a *kernels.OutOfMemoryError that
+// names the cap, the request and what is live, before the driver is
+// asked; freeing makes room again. A cap above the GPU's memory leaves
+// the driver's figures.
+func TestMemLimit(t *testing.T) {
+	g := newFakeGPU(t, 64<<20)
+	d, err := newDevice(g, "cuda:0 (fake, sm_90)", 90, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := d.MemStats(); s.Limit != 16<<20 {
+		t.Fatalf("MemStats().Limit = %d, want 16 MiB", s.Limit)
+	}
+	free, total, err := d.MemInfo()
+	if err != nil || free != 16<<20 || total != 16<<20 {
+		t.Fatalf("MemInfo = %d, %d, %v; want 16 MiB of 16 MiB", free, total, err)
+	}
+	a, err := d.Alloc(kernels.F32, (3<<20)/4) // 3 MiB: a 4 MiB block
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _, _ := d.MemInfo(); f != 12<<20 {
+		t.Errorf("free after a 3 MiB buffer: %d, want 12 MiB", f)
+	}
+	allocsBefore := g.mem.allocs
+	_, err = d.Alloc(kernels.F32, (14<<20)/4) // 14 MiB on top of 4
+	var oom *kernels.OutOfMemoryError
+	if !errors.As(err, &oom) {
+		t.Fatalf("an allocation past the limit: %v, want *kernels.OutOfMemoryError", err)
+	}
+	if oom.Limit != 16<<20 || oom.Want != 14<<20 || oom.Live != 3<<20 {
+		t.Errorf("got %+v, want Limit 16 MiB, Want 14 MiB, Live 3 MiB", *oom)
+	}
+	for _, want := range []string{"exceeds the limit of 16.00 MiB", "a buffer of 14.00 MiB", "3.00 MiB live"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if g.mem.allocs != allocsBefore {
+		t.Errorf("the driver was asked for memory past the limit")
+	}
+	d.Free(a)
+	b, err := d.Alloc(kernels.F32, (14<<20)/4)
+	if err != nil {
+		t.Fatalf("14 MiB after freeing: %v", err)
+	}
+	d.Free(b)
+
+	big, err := newDevice(newFakeGPU(t, 8<<20), "cuda:0 (fake, sm_90)", 90, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free, total, _ := big.MemInfo(); free != 8<<20 || total != 8<<20 {
+		t.Errorf("a cap above the GPU: MemInfo %d of %d, want the GPU's 8 MiB", free, total)
+	}
+}

@@ -22,6 +22,26 @@ func roundBF16AVX512(dst *uint16, src *float32, n int)
 //go:noescape
 func widenBF16AVX512(dst *float32, src *uint16, n int)
 
+// roundF32BF16AVX512 sets dst[i] = FromBF16(ToBF16(src[i])) for i < n
+// (AVX-512F, BW and DQ); dst may be src.
+//
+//go:noescape
+func roundF32BF16AVX512(dst, src *float32, n int)
+
+// roundF32BF16Vec sets dst[i] = FromBF16(ToBF16(src[i])) (equal lengths)
+// with a vector routine and reports whether there was one.
+func roundF32BF16Vec(dst, src []float32) bool {
+	switch {
+	case len(src) == 0:
+		return true
+	case bf16HasAVX512:
+		roundF32BF16AVX512(&dst[0], &src[0], len(src))
+	default:
+		return false
+	}
+	return true
+}
+
 var (
 	bf16HasAVX512   = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ
 	bf16HasBF16Conv = bf16HasAVX512 && cpu.X86.HasAVX512BF16

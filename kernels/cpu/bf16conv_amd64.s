@@ -167,3 +167,43 @@ w16loop:
 wdone:
 	VZEROUPPER
 	RET
+
+// func roundF32BF16AVX512(dst, src *float32, n int)
+// dst[i] = FromBF16(ToBF16(src[i])) for i < n: RNE16 then the bf16 back in
+// the high half, 16 values at a time, the last n mod 16 under a mask. dst
+// may be src.
+//
+// Registers: SI src, DI dst, CX values left, AX values this round; K3
+// mask.
+TEXT ·roundF32BF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	RNECONSTS
+
+rffloop:
+	CMPQ      CX, $16
+	JLT       rfftail
+	VMOVUPS   (SI), Z0
+	RNE16(Z0)
+	VPSLLD    $16, Z4, Z4
+	VMOVDQU32 Z4, (DI)
+	ADDQ      $64, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JMP       rffloop
+
+rfftail:
+	TESTQ     CX, CX
+	JEQ       rffdone
+	MOVL      $-1, DX
+	BZHIL     CX, DX, DX
+	KMOVW     DX, K3
+	VMOVUPS.Z (SI), K3, Z0
+	RNE16(Z0)
+	VPSLLD    $16, Z4, Z4
+	VMOVDQU32 Z4, K3, (DI)
+
+rffdone:
+	VZEROUPPER
+	RET

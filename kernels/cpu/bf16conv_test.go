@@ -130,3 +130,38 @@ func BenchmarkRoundSliceBF16(b *testing.B) {
 		}
 	})
 }
+
+// TestRoundF32BF16 checks roundF32BF16Vec (one pass from float32 to the
+// bf16 value as float32) against FromBF16(ToBF16(x)) bit for bit on
+// bf16ConvInputs, at every length up to 100 with odd offsets (every tail
+// mask), and in place.
+func TestRoundF32BF16(t *testing.T) {
+	in := bf16ConvInputs()
+	want := func(f float32) uint32 { return math.Float32bits(FromBF16(ToBF16(f))) }
+	got := make([]float32, len(in))
+	if !roundF32BF16Vec(got, in) {
+		t.Skip("no vector routine on this CPU")
+	}
+	for i, f := range in {
+		if math.Float32bits(got[i]) != want(f) {
+			t.Fatalf("%#08x → %#08x, want %#08x", math.Float32bits(f), math.Float32bits(got[i]), want(f))
+		}
+	}
+	guard := math.Float32frombits(0xdeadbeef)
+	for n := range 100 {
+		src := in[7+n*13 : 7+n*13+n]
+		dst := make([]float32, n+2)
+		dst[0], dst[n+1] = guard, guard
+		roundF32BF16Vec(dst[1:1+n], src)
+		if math.Float32bits(dst[0]) != 0xdeadbeef || math.Float32bits(dst[n+1]) != 0xdeadbeef {
+			t.Fatalf("n=%d wrote outside dst", n)
+		}
+		inPlace := append([]float32(nil), src...)
+		roundF32BF16Vec(inPlace, inPlace)
+		for i, f := range src {
+			if math.Float32bits(dst[1+i]) != want(f) || math.Float32bits(inPlace[i]) != want(f) {
+				t.Fatalf("n=%d: %#08x → %#08x (in place %#08x), want %#08x", n, math.Float32bits(f), math.Float32bits(dst[1+i]), math.Float32bits(inPlace[i]), want(f))
+			}
+		}
+	}
+}

@@ -129,9 +129,9 @@ func gemmRoundedF32(buf kernels.Buffer) []float32 {
 // ---------------------------------------------------------------------------
 // The portable path: operands converted to float32 as they are packed.
 
-// gemmRoundRun sets dst[x] = alpha·bf16(src[o+x]) for x < len(dst). Runs
-// of F32 values go through the vector conversions (roundSliceBF16,
-// widenSliceBF16) 256 at a time when alpha is 1.
+// gemmRoundRun sets dst[x] = alpha·bf16(src[o+x]) for x < len(dst). With
+// alpha 1 runs of F32 values go through one vector pass (roundF32BF16Vec)
+// and runs of BF16 values through widenSliceBF16.
 func gemmRoundRun(dst []float32, src gemmSrc, o int, alpha float32) {
 	if src.bf {
 		h := src.h[o : o+len(dst)]
@@ -151,14 +151,7 @@ func gemmRoundRun(dst []float32, src gemmSrc, o int, alpha float32) {
 		}
 		return
 	}
-	if alpha == 1 && len(f) >= 32 {
-		var buf [256]uint16
-		for len(f) > 0 {
-			n := min(len(f), len(buf))
-			roundSliceBF16(buf[:n], f[:n])
-			widenSliceBF16(dst[:n], buf[:n])
-			f, dst = f[n:], dst[n:]
-		}
+	if alpha == 1 && roundF32BF16Vec(dst, f) {
 		return
 	}
 	for x, v := range f {

@@ -332,3 +332,52 @@ func TestTrainStepDevice(t *testing.T) {
 		t.Errorf("after a lone step: closed %v, the GPU holds %d bytes", b.closed, board.used)
 	}
 }
+
+// TestTrainDemoGPUFreesAll: the demo recipe's generator (which makes the
+// from-scratch models before step 1) and report (which evaluates the
+// models after step 3) open devices of their own; on a GPU they close
+// them, so that the steps' pre-flights find the GPU as free as the job's
+// did and the job ends holding nothing.
+func TestTrainDemoGPUFreesAll(t *testing.T) {
+	dir := t.TempDir()
+	recipe := filepath.Join(dir, "demo-short.yaml")
+	os.WriteFile(recipe, []byte(`description: the demo, shortened
+generator: demo
+actor: "{demo}/base"
+reward: "{output}/actor"
+steps:
+  sft: {data: ["{demo}/data/sft"], data-split: "1,0,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 2, add-eot-token: true, data-cache: "off"}
+  reward: {data: ["{demo}/data/pairs"], data-split: "0,1,0", max-seq-len: 40, per-device-train-batch-size: 32, max-steps: 2, data-cache: "off"}
+  ppo: {critic: "{output}/actor", reward: "{output}/reward", data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 16, per-device-training-batch-size: 16, max-steps: 1, num-warmup-steps: 0, data-cache: "off"}
+`), 0o644)
+	board := &gpuBoard{total: 80 << 30}
+	var stdout, stderr bytes.Buffer
+	g := &Globals{In: strings.NewReader(""), Out: &stdout, Err: &stderr, OpenGPU: board.open,
+		Memory: func() (plan.Memory, error) {
+			return plan.Memory{MemAvailable: 64 << 30, CgroupFree: -1, Available: 64 << 30}, nil
+		}}
+	out := filepath.Join(dir, "out")
+	if code := execute(g, []string{"--device", "cuda", "--log-format", "json", "train", "--recipe", recipe, "--dtype", "fp32", "--output-dir", out}); code != 0 {
+		t.Fatalf("exit %d: %s", code, lastLine(stderr.String()))
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err != nil {
+		t.Fatal(err)
+	}
+	var free []int64
+	for _, rec := range logLines(stderr.String()) {
+		if f, ok := rec["gpu_free_bytes"].(float64); ok {
+			free = append(free, int64(f))
+		}
+	}
+	if len(free) != 4 || free[1] != free[0] || free[2] != free[0] || free[3] != free[0] {
+		t.Errorf("the GPU's free bytes at the job's and the steps' pre-flights: %v, want all the same", free)
+	}
+	if board.used != 0 {
+		t.Errorf("after the job the GPU holds %d bytes", board.used)
+	}
+	for i, d := range board.opened {
+		if !d.closed {
+			t.Errorf("device %d of %d was not closed", i+1, len(board.opened))
+		}
+	}
+}

@@ -54,6 +54,7 @@ func (d *demoGenerator) Prepare(g *Globals, dir string, seed uint64) error {
 	if err != nil {
 		return err
 	}
+	defer closeDevice(g, dev) // a GPU's memory goes back before step 1
 	m, err := model.New(dev, cfg, model.Options{})
 	if err != nil {
 		return err
@@ -113,6 +114,7 @@ func demoEval(g *Globals, task *demo.Task, modelDir, rewardDir string) (acc, rew
 	if err != nil {
 		return 0, 0, err
 	}
+	defer closeDevice(g, dev)
 	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "no"})
 	if err != nil {
 		return 0, 0, err

@@ -211,3 +211,82 @@ func newDevice(g *Globals) (kernels.Device, error) {
 	g.Log.Info().Str("device", c.Name()).Str("why", err.Error()).Msgf("device: %s (auto: no usable GPU)", c.Name())
 	return c, nil
 }
+
+// trainStepDevice returns the device the steps of gochat train compute on,
+// given dev, the device train opened and joined the ranks with: dev itself
+// on a GPU, nil on the CPU, where each step opens its own device as a lone
+// step command does.
+//
+// On a GPU one device a rank serves the whole job. The communicator is
+// built on it, and NCCL's Comm (as MPI's staging through the device)
+// takes that device's buffers only, so steps on devices of their own
+// could not reduce their gradients; and a GPU's memory comes back by
+// freeing it on the device that holds it, which stepDevice does as each
+// step ends, where a device a step would also hold its own CUDA stream,
+// cuBLAS handle and kernels. On the CPU a step's memory is the process's,
+// handed back between the steps by releaseMemory: the CPU runs are
+// unchanged.
+func trainStepDevice(dev kernels.Device) kernels.Device {
+	if _, ok := dev.(*cpu.Device); ok {
+		return nil
+	}
+	return dev
+}
+
+// stepScoped is a device that several steps use in turn (kernels/cuda's
+// Device): Mark where a step's allocations begin, ReleaseSince frees what
+// it left and returns the cached memory to the driver, ResetPeak restarts
+// the peak counts, Trim empties the cache.
+type stepScoped interface {
+	Mark() cuda.Mark
+	ReleaseSince(cuda.Mark) (freed int64)
+	ResetPeak()
+	Trim()
+}
+
+// stepDevice returns the device a training step (gochat sft, reward or
+// ppo, alone or as a step of gochat train) computes on, and end, which
+// the step calls with its error as it returns, after its communicator is
+// finished. shared is gochat train's device for its steps
+// (trainStepDevice); nil opens --device's (newDevice).
+//
+// On a shared device the step starts with the cache emptied and the peaks
+// restarted (it logs its own), and end frees every buffer the step
+// allocated and left live — its models, optimizer state, caches — and
+// returns the cached memory to the driver, so that the next step's
+// pre-flight finds the GPU as free as this one did. A GPU the step opened
+// itself is closed by end, which frees all it held.
+func stepDevice(g *Globals, shared kernels.Device, what string) (dev kernels.Device, end func(error) error, err error) {
+	if shared == nil {
+		if dev, err = newDevice(g); err != nil {
+			return nil, nil, err
+		}
+		return dev, func(err error) error { closeDevice(g, dev); return err }, nil
+	}
+	s, ok := shared.(stepScoped)
+	if !ok {
+		return shared, func(err error) error { return err }, nil
+	}
+	s.Trim()
+	s.ResetPeak()
+	mark := s.Mark()
+	return shared, func(err error) error {
+		freed := s.ReleaseSince(mark)
+		g.Log.Debug().Str("step", what).Str("device", shared.Name()).Int64("freed_bytes", freed).
+			Msgf("device: %s of the step's buffers freed, the cache returned to the driver", plan.GiB(freed))
+		return err
+	}, nil
+}
+
+// closeDevice closes dev when it is a GPU (kernels/cuda's Close frees the
+// memory it held and releases its context); a CPU device has nothing to
+// close. An error is logged: the work was done.
+func closeDevice(g *Globals, dev kernels.Device) {
+	c, ok := dev.(interface{ Close() error })
+	if !ok {
+		return
+	}
+	if err := c.Close(); err != nil {
+		g.Log.Warn().Err(err).Str("device", dev.Name()).Msg("device: close failed")
+	}
+}

@@ -25,7 +25,8 @@ import (
 // in kebab case).
 type PPOOptions struct {
 	g                 *Globals
-	ranks             *group // the job's ranks when gochat train runs the step (stepRanks)
+	ranks             *group         // the job's ranks when gochat train runs the step (stepRanks)
+	dev               kernels.Device // gochat train's device for its steps (trainStepDevice); nil: the step opens --device's
 	Actor, Critic     string
 	Reward            string
 	Tokenizer         string
@@ -273,10 +274,11 @@ func (o *PPOOptions) fingerprint() string { return fingerprintOf(o) }
 // runPPO loads step 3's models and data, runs ppo.Run and saves the
 // models.
 func runPPO(ctx context.Context, o *PPOOptions) (err error) {
-	dev, err := newDevice(o.g)
+	dev, end, err := stepDevice(o.g, o.dev, stepName(3))
 	if err != nil {
 		return err
 	}
+	defer func() { err = end(err) }() // after finish: the communicator may use the device
 	ranks, finish, err := stepRanks(o.g, o.ranks, dev)
 	if err != nil {
 		return err

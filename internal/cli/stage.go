@@ -32,8 +32,9 @@ import (
 // names are DeepSpeed-Chat's in kebab case.
 type StageOptions struct {
 	g     *Globals
-	ranks *group // the job's ranks when gochat train runs the step (stepRanks)
-	Step  int    `json:"step"` // 1 (sft) or 2 (reward)
+	ranks *group         // the job's ranks when gochat train runs the step (stepRanks)
+	dev   kernels.Device // gochat train's device for its steps (trainStepDevice); nil: the step opens --device's
+	Step  int            `json:"step"` // 1 (sft) or 2 (reward)
 
 	Model       string   `json:"model"`
 	Tokenizer   string   `json:"tokenizer"`
@@ -288,10 +289,11 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 // an MPI job when mpirun started it (rank 0 writes the output directory).
 func runStage(ctx context.Context, o *StageOptions) (err error) {
 	start := time.Now()
-	dev, err := newDevice(o.g)
+	dev, end, err := stepDevice(o.g, o.dev, stepName(o.Step))
 	if err != nil {
 		return err
 	}
+	defer func() { err = end(err) }() // after finish: the communicator may use the device
 	ranks, finish, err := stepRanks(o.g, o.ranks, dev)
 	if err != nil {
 		return err

@@ -227,6 +227,11 @@ func runTrain(o *TrainOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// On a GPU the communicator and every step use this one device (the
+	// steps give back what they allocated as they end); on the CPU each
+	// step opens its own, as before.
+	steps := trainStepDevice(dev)
+	defer closeDevice(o.g, dev) // after finish: the communicator uses the device
 	ranks, err := joinRanks(o.g, dev)
 	if err != nil {
 		return err
@@ -303,10 +308,10 @@ func runTrain(o *TrainOptions) (err error) {
 		t0 := time.Now()
 		switch st.n {
 		case 1, 2:
-			so.stage.ranks = ranks
+			so.stage.ranks, so.stage.dev = ranks, steps
 			err = runStage(o.ctx(), so.stage)
 		case 3:
-			so.ppo.ranks = ranks
+			so.ppo.ranks, so.ppo.dev = ranks, steps
 			if o.gen != nil {
 				so.ppo.check = o.gen.Check
 			}

@@ -30,10 +30,12 @@
 package cuda
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"unsafe"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -47,6 +49,7 @@ type Buffer struct {
 	dt   kernels.DType
 	size int64 // the block's rounded size (a buffer Alloc returned), 0 for views
 	root bool
+	seq  uint64    // of a buffer Alloc returned: its place in the device's allocations (Mark)
 	blk  *vmmBlock // the reserved range of a buffer with its own chunks (vmm.go), nil for the caching allocator's
 }
 
@@ -98,7 +101,8 @@ type Device struct {
 	peak    int64
 	limit   int64
 	roots   map[*Buffer]struct{}
-	err     error // the first deferred error
+	seq     uint64 // buffers Alloc has returned (Mark)
+	err     error  // the first deferred error
 
 	vm     *vmmSpace // buffers with their own chunks (vmm.go); nil without VMM
 	vmNote string    // why vm is nil
@@ -168,11 +172,18 @@ func (d *Device) Name() string { return d.name }
 // later), which makes bf16 the automatic --dtype.
 func (d *Device) NativeBF16() bool { return d.cc >= 80 }
 
-// Close waits for the queued work, returns the cached memory and releases
-// the context. Live buffers must not be used afterwards.
+// Close frees every buffer still live, returns the cached memory to the
+// driver and releases the context: the device memory this Device held is
+// free for the next Device opened on the GPU, even where another user of
+// the primary context (NCCL, a second Device) keeps the context alive.
+// Buffers of this Device must not be used afterwards.
 func (d *Device) Close() error {
-	d.emptyVMMPool()
-	err := d.alloc.emptyCache()
+	prior := d.err
+	d.ReleaseSince(0)
+	var err error
+	if prior == nil {
+		err = d.err // the release's own error (an earlier one is Sync's)
+	}
 	if cerr := d.g.close(); err == nil {
 		err = cerr
 	}
@@ -219,6 +230,49 @@ func (d *Device) Addr(b kernels.Buffer) (uintptr, error) {
 // engine calls it after releasing its inference workspace).
 func (d *Device) Trim() { d.trimAll() }
 
+// A Mark is a point in a Device's allocations: ReleaseSince(m) frees the
+// buffers allocated after it. The zero Mark is before the first.
+type Mark uint64
+
+// Mark returns the point the buffers allocated from now on come after, for
+// ReleaseSince: a user of the device for a while (a step of gochat train
+// on a GPU shared by the steps) marks where its allocations begin.
+func (d *Device) Mark() Mark { return Mark(d.seq) }
+
+// ReleaseSince frees every buffer allocated after m that is still live,
+// newest first, then returns the cached blocks and pooled chunks to the
+// driver (Trim), so that the device holds what it held at m, less its
+// cache: the memory is free for whatever comes next, this process's or
+// another's. It returns the bytes of the live buffers it freed (what the
+// user since m had not freed itself). Those buffers, and views of them,
+// must not be used afterwards; buffers allocated before m are untouched.
+// Errors are deferred to Sync.
+func (d *Device) ReleaseSince(m Mark) (freed int64) {
+	var left []*Buffer
+	for b := range d.roots {
+		if b.seq > uint64(m) {
+			left = append(left, b)
+		}
+	}
+	slices.SortFunc(left, func(a, b *Buffer) int { return cmp.Compare(b.seq, a.seq) })
+	before := d.live
+	for _, b := range left {
+		d.Free(b)
+	}
+	freed = before - d.live
+	d.fail(d.g.sync()) // the queued work may still use them
+	d.trimAll()
+	return freed
+}
+
+// ResetPeak restarts the peaks MemStats and CacheStats report from the
+// memory held now, so that the next user of the device (the next step of
+// gochat train) sees its own high-water marks.
+func (d *Device) ResetPeak() {
+	d.peak = d.live
+	d.alloc.peak = d.alloc.reserved + d.vmmBytes()
+}
+
 // fail keeps the first deferred error, for Sync.
 func (d *Device) fail(err error) {
 	if err != nil && d.err == nil {
@@ -264,6 +318,8 @@ func (d *Device) Alloc(dt kernels.DType, n int) (kernels.Buffer, error) {
 		d.alloc.free(ptr, size)
 		return nil, err
 	}
+	d.seq++
+	b.seq = d.seq
 	d.roots[b] = struct{}{}
 	d.live += want
 	d.peak = max(d.peak, d.live)

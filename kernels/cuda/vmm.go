@@ -349,6 +349,8 @@ func (d *Device) allocVMM(dt kernels.DType, n int, want int64) (kernels.Buffer, 
 	if reused { // the chunks kept in the pool hold old values (commitRange zeroed the new ones)
 		d.fail(d.g.memsetZero(blk.base, int(want)))
 	}
+	d.seq++
+	b.seq = d.seq
 	d.roots[b] = struct{}{}
 	return b, nil
 }

@@ -4,29 +4,6 @@
 // Conversions between float32 and bf16 slices (bf16.go's roundSliceBF16
 // and widenSliceBF16).
 
-// Round the 16 floats in z to bf16 exactly as ToBF16 does, into the low
-// 16 bits of each dword of Z4: add 0x7fff plus bit 16 (ties to even) and
-// keep the high half, except NaNs (VFPCLASSPS: quiet 0x01 | signalling
-// 0x80), which keep their high half with the quiet bit 0x40 set.
-// Z29 = 1, Z30 = 0x7fff, Z31 = 0x40 (dwords); Z3 and K4 are temps.
-#define RNE16(z) \
-	VPSRLD      $16, z, Z3;         \
-	VPANDD      Z29, Z3, Z3;        \
-	VPADDD      Z30, z, Z4;         \
-	VPADDD      Z3, Z4, Z4;         \
-	VPSRLD      $16, Z4, Z4;        \
-	VFPCLASSPSZ $0x81, z, K4;       \
-	VPSRLD      $16, z, Z3;         \
-	VPORD       Z31, Z3, K4, Z4
-
-#define RNECONSTS \
-	MOVL         $1, AX;      \
-	VPBROADCASTD AX, Z29;     \
-	MOVL         $0x7fff, AX; \
-	VPBROADCASTD AX, Z30;     \
-	MOVL         $0x40, AX;   \
-	VPBROADCASTD AX, Z31
-
 // func roundBF16AVX512BF16(dst *uint16, src *float32, n int)
 // dst[i] = ToBF16(src[i]) for i < n. 32 values at a time through
 // VCVTNE2PS2BF16, which rounds as ToBF16 does except that it flushes

@@ -57,6 +57,13 @@ type gemmKernel struct {
 	// gemmPackBPanel, the portable versions.
 	packA func(d []float32, mr int, transA bool, a []float32, lda, i0, p0, rows, kc int, alpha float32)
 	packB func(d []float32, nr int, transB bool, b []float32, ldb, p0, j0, cols, kc int)
+	// packASrc and packBSrc, when set, pack a micro-panel of an operand
+	// that is rounded to or stored in bf16 (gemmSrc not plain) directly,
+	// as packA and packB would pack its float32 values, and report
+	// whether they did (they take the layouts their assembly covers); the
+	// rest goes through gemmConvert and packA or packB.
+	packASrc func(d []float32, mr int, transA bool, a gemmSrc, lda, i0, p0, rows, kc int, alpha float32) bool
+	packBSrc func(d []float32, nr int, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int) bool
 }
 
 // gemmMinWork is the number of multiply-adds below which a GEMM runs on
@@ -693,6 +700,7 @@ func (j *gemmJob) packPanel(s *gemmScratch, ip int) {
 			switch {
 			case j.a.plain():
 				j.kern.packA(d, mr, j.transA, j.a.f, j.lda, i0, p0, rows, kr, j.alpha)
+			case j.kern.packASrc != nil && j.kern.packASrc(d, mr, j.transA, j.a, j.lda, i0, p0, rows, kr, j.alpha):
 			case j.transA:
 				// op(A)[i, p] = a[p*lda + i]: kr runs of rows values.
 				f := gemmConvert(s, j.a, p0*j.lda+i0, j.lda, kr, rows)
@@ -739,6 +747,7 @@ func gemmCompute(kern *gemmKernel, s *gemmScratch, ap []float32, mcPad, mc, n, k
 					switch {
 					case b.plain():
 						kern.packB(d, nr, transB, b.f, ldb, p0, j, cols, kr)
+					case kern.packBSrc != nil && kern.packBSrc(d, nr, transB, b, ldb, p0, j, cols, kr):
 					case transB:
 						// op(B)[p, j] = b[j*ldb + p]: cols runs of kr values.
 						f := gemmConvert(s, b, j*ldb+p0, ldb, cols, kr)

@@ -38,6 +38,31 @@ func gemmPackA14AVX512(dst, src *float32, lds, kc int, alpha float32)
 //go:noescape
 func gemmPackB32AVX512(dst, src *float32, lds, kc int)
 
+// gemmPackB32BF16AVX512 sets dst[p*32 + j] = FromBF16(src[p*lds + j]) for
+// j < 32, p < kc (AVX-512F and BW).
+//
+//go:noescape
+func gemmPackB32BF16AVX512(dst *float32, src *uint16, lds, kc int)
+
+// gemmPackB32RoundAVX512 sets dst[p*32 + j] = FromBF16(ToBF16(src[p*lds +
+// j])) for j < 32, p < kc (AVX-512F, BW and DQ).
+//
+//go:noescape
+func gemmPackB32RoundAVX512(dst, src *float32, lds, kc int)
+
+// gemmPackA14BF16AVX512 sets dst[p*14 + i] = alpha·FromBF16(src[p*lds +
+// i]) for i < 14, p < kc (AVX-512F and BW).
+//
+//go:noescape
+func gemmPackA14BF16AVX512(dst *float32, src *uint16, lds, kc int, alpha float32)
+
+// gemmPackA14RoundAVX512 sets dst[p*14 + i] =
+// alpha·FromBF16(ToBF16(src[p*lds + i])) for i < 14, p < kc (AVX-512F, BW
+// and DQ).
+//
+//go:noescape
+func gemmPackA14RoundAVX512(dst, src *float32, lds, kc int, alpha float32)
+
 // gemmDotAVX2 returns Σ x[i]·y[i] over n elements.
 //
 //go:noescape
@@ -64,6 +89,10 @@ var (
 		axpy:  gemmAxpyAVX2Slice,
 		packA: gemmPackAPanelAVX512,
 		packB: gemmPackBPanelAVX512,
+		// bf16 operands in the layouts where gemmConvert would convert
+		// runs of 14 or 32 values a call.
+		packASrc: gemmPackASrcAVX512,
+		packBSrc: gemmPackBSrcAVX512,
 	}
 	gemmAVX2 = gemmKernel{
 		name: "avx2",
@@ -128,6 +157,41 @@ func gemmPackAPanelAVX512(d []float32, mr int, transA bool, a []float32, lda, i0
 			gemmScatter(d[16*g*14+i:], a[(i0+i)*lda+p0+16*g:][:kc-16*g], 14, alpha)
 		}
 	}
+}
+
+// gemmPackASrcAVX512 is gemmKernel.packASrc for the AVX-512 kernel: whole
+// panels of a transposed A (each step 14 contiguous values) through
+// assembly that widens or rounds as it copies.
+func gemmPackASrcAVX512(d []float32, mr int, transA bool, a gemmSrc, lda, i0, p0, rows, kc int, alpha float32) bool {
+	if !transA || mr != 14 || rows != 14 || kc == 0 || !bf16HasAVX512 {
+		return false
+	}
+	d = d[:14*kc]
+	if a.bf {
+		_ = a.h[(p0+kc-1)*lda+i0+13]
+		gemmPackA14BF16AVX512(&d[0], &a.h[p0*lda+i0], lda, kc, alpha)
+	} else {
+		_ = a.f[(p0+kc-1)*lda+i0+13]
+		gemmPackA14RoundAVX512(&d[0], &a.f[p0*lda+i0], lda, kc, alpha)
+	}
+	return true
+}
+
+// gemmPackBSrcAVX512 is gemmKernel.packBSrc for the AVX-512 kernel: whole
+// panels of an untransposed B (each step 32 contiguous values).
+func gemmPackBSrcAVX512(d []float32, nr int, transB bool, b gemmSrc, ldb, p0, j0, cols, kc int) bool {
+	if transB || nr != 32 || cols != 32 || kc == 0 || !bf16HasAVX512 {
+		return false
+	}
+	d = d[:32*kc]
+	if b.bf {
+		_ = b.h[(p0+kc-1)*ldb+j0+31]
+		gemmPackB32BF16AVX512(&d[0], &b.h[p0*ldb+j0], ldb, kc)
+	} else {
+		_ = b.f[(p0+kc-1)*ldb+j0+31]
+		gemmPackB32RoundAVX512(&d[0], &b.f[p0*ldb+j0], ldb, kc)
+	}
+	return true
 }
 
 // gemmPackBPanelAVX512 is gemmPackBPanel for nr = 32, in the manner of

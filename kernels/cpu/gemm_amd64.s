@@ -666,3 +666,126 @@ packb32loop:
 packb32done:
 	VZEROUPPER
 	RET
+
+// Packing bf16 operands for the AVX-512 kernel (the bf16 GEMM's portable
+// path, gemmPackASrcAVX512 and gemmPackBSrcAVX512): the layouts whose
+// panel rows are runs of the source, widened from BF16 (VPMOVZXWD, then
+// the bf16 into the high half) or rounded from F32 (RNE16) as they are
+// copied.
+
+// func gemmPackB32BF16AVX512(dst *float32, src *uint16, lds, kc int)
+// dst[p*32 + j] = FromBF16(src[p*lds + j]) for j < 32, p < kc.
+TEXT ·gemmPackB32BF16AVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DX
+	MOVQ src+8(FP), SI
+	MOVQ lds+16(FP), R8
+	MOVQ kc+24(FP), CX
+	SHLQ $1, R8
+	TESTQ CX, CX
+	JZ    packb32hdone
+
+packb32hloop:
+	VPMOVZXWD (SI), Z0
+	VPMOVZXWD 32(SI), Z1
+	VPSLLD    $16, Z0, Z0
+	VPSLLD    $16, Z1, Z1
+	VMOVUPS   Z0, (DX)
+	VMOVUPS   Z1, 64(DX)
+	ADDQ      R8, SI
+	ADDQ      $128, DX
+	DECQ      CX
+	JNZ       packb32hloop
+
+packb32hdone:
+	VZEROUPPER
+	RET
+
+// func gemmPackB32RoundAVX512(dst, src *float32, lds, kc int)
+// dst[p*32 + j] = FromBF16(ToBF16(src[p*lds + j])) for j < 32, p < kc.
+TEXT ·gemmPackB32RoundAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DX
+	MOVQ src+8(FP), SI
+	MOVQ lds+16(FP), R8
+	MOVQ kc+24(FP), CX
+	SHLQ $2, R8
+	RNECONSTS
+	TESTQ CX, CX
+	JZ    packb32rdone
+
+packb32rloop:
+	VMOVUPS   (SI), Z0
+	VMOVUPS   64(SI), Z1
+	RNE16(Z0)
+	VPSLLD    $16, Z4, Z4
+	VMOVUPS   Z4, (DX)
+	RNE16(Z1)
+	VPSLLD    $16, Z4, Z4
+	VMOVUPS   Z4, 64(DX)
+	ADDQ      R8, SI
+	ADDQ      $128, DX
+	DECQ      CX
+	JNZ       packb32rloop
+
+packb32rdone:
+	VZEROUPPER
+	RET
+
+// func gemmPackA14BF16AVX512(dst *float32, src *uint16, lds, kc int, alpha float32)
+// dst[p*14 + i] = alpha·FromBF16(src[p*lds + i]) for i < 14, p < kc (a
+// transposed A, 14 values a step under a mask).
+TEXT ·gemmPackA14BF16AVX512(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DX
+	MOVQ src+8(FP), SI
+	MOVQ lds+16(FP), R8
+	MOVQ kc+24(FP), CX
+	SHLQ $1, R8
+	VBROADCASTSS alpha+32(FP), Z15
+	MOVL $0x3FFF, AX
+	KMOVW AX, K1
+	TESTQ CX, CX
+	JZ    packa14hdone
+
+packa14hloop:
+	VPMOVZXWD.Z (SI), K1, Z0
+	VPSLLD      $16, Z0, Z0
+	VMULPS      Z15, Z0, Z0
+	VMOVUPS     Z0, K1, (DX)
+	ADDQ        R8, SI
+	ADDQ        $56, DX
+	DECQ        CX
+	JNZ         packa14hloop
+
+packa14hdone:
+	VZEROUPPER
+	RET
+
+// func gemmPackA14RoundAVX512(dst, src *float32, lds, kc int, alpha float32)
+// dst[p*14 + i] = alpha·FromBF16(ToBF16(src[p*lds + i])) for i < 14,
+// p < kc.
+TEXT ·gemmPackA14RoundAVX512(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DX
+	MOVQ src+8(FP), SI
+	MOVQ lds+16(FP), R8
+	MOVQ kc+24(FP), CX
+	SHLQ $2, R8
+	RNECONSTS
+	VBROADCASTSS alpha+32(FP), Z15
+	MOVL $0x3FFF, AX
+	KMOVW AX, K1
+	TESTQ CX, CX
+	JZ    packa14rdone
+
+packa14rloop:
+	VMOVUPS.Z (SI), K1, Z0
+	RNE16(Z0)
+	VPSLLD    $16, Z4, Z4
+	VMULPS    Z15, Z4, Z4
+	VMOVUPS   Z4, K1, (DX)
+	ADDQ      R8, SI
+	ADDQ      $56, DX
+	DECQ      CX
+	JNZ       packa14rloop
+
+packa14rdone:
+	VZEROUPPER
+	RET

@@ -243,11 +243,20 @@ func TestZeROStagesMatchOneProcess(t *testing.T) {
 
 // TestZeROResume: a run checkpointed on 3 ranks at ZeRO-3 (each rank its
 // own ranges) and killed by a failing rank resumes on 2 ranks at ZeRO-1,
-// and on 1 process, to the weights of an uninterrupted run.
+// and on 1 process, to the weights of an uninterrupted run: within 1e-5
+// relative in fp32, and in bf16 within one bf16 step (2^-7), as in
+// TestZeROStagesMatchOneProcess: another rank count sums the gradients in
+// another order, and a master weight that ends near a rounding boundary
+// of bf16 may round the other way (with the fp32 kernels' bf16 path, one
+// weight of the 1- and 2-rank resumes does: 7.6e-4).
 func TestZeROResume(t *testing.T) {
 	cfg := Config{TrainSize: 13, MicroBatch: 2, GradAccum: 1, Epochs: 2, Schedule: "linear", Warmup: 1,
 		ClipNorm: 1, AdamW: optim.DefaultAdamW, Seed: 5, SaveEvery: 1, Fingerprint: "zero", Log: zerolog.Nop()}
 	for _, dt := range []kernels.DType{kernels.F32, kernels.BF16} {
+		tol := 1e-5
+		if dt == kernels.BF16 {
+			tol = 1.0 / 128
+		}
 		c3 := cfg
 		c3.GradAccum = 2
 		c3.Dir = t.TempDir()
@@ -269,7 +278,7 @@ func TestZeROResume(t *testing.T) {
 			c.Resume = true
 			c.GradAccum = 6 / resume.ranks
 			got, _ := zeroRun(t, resume.ranks, resume.stage, dt, c)
-			if d := maxRelDiff(got, want); d > 1e-5 {
+			if d := maxRelDiff(got, want); d > tol {
 				t.Errorf("%v: resumed on %d ranks at ZeRO-%d: %.3g relative from the uninterrupted run", dt, resume.ranks, resume.stage, d)
 			}
 		}

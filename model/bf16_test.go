@@ -36,10 +36,11 @@ func TestBF16MatchesPyTorchAutocast(t *testing.T) {
 	}
 }
 
-// checkOPTBF16 is TestBF16MatchesPyTorchAutocast's check of the OPT case
-// name on dev.
-func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
-	dir := filepath.Join("testdata", "golden", name)
+// bf16GoldenForward loads the golden case in dir with bf16 weights on dev
+// (checking that they are bf16), opens its bf16.safetensors and runs the
+// forward pass on its batch (with training activations when train is set).
+func bf16GoldenForward(t *testing.T, dev kernels.Device, dir string, train bool) (*Model, *goldenFile, *Acts) {
+	t.Helper()
 	m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
 	if err != nil {
 		t.Fatal(err)
@@ -51,10 +52,17 @@ func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) 
 	ids, shape := g.i32("ids")
 	mask, _ := g.i32("mask")
 	targets, _ := g.i32("targets")
-	a := must(m.NewActs(shape[0], shape[1], ActsOptions{}))
+	a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: train}))
 	if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
 		t.Fatal(err)
 	}
+	return m, g, a
+}
+
+// checkOPTBF16 is TestBF16MatchesPyTorchAutocast's check of the OPT case
+// name on dev.
+func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
+	m, g, a := bf16GoldenForward(t, dev, filepath.Join("testdata", "golden", name), false)
 	logits, err := m.Logits(a)
 	if err != nil {
 		t.Fatal(err)

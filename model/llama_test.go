@@ -256,21 +256,7 @@ func TestLlamaBF16MatchesPyTorchAutocast(t *testing.T) {
 // the exact answer of the same weights, next to autocast's own errors.
 func checkLlamaBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
 	dir := filepath.Join("testdata", "llama", name)
-	m, err := Load(dev, dir, LoadOptions{DType: kernels.BF16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Params.Flat.DType() != kernels.BF16 {
-		t.Fatalf("parameters are %v, want bf16", m.Params.Flat.DType())
-	}
-	g := openGolden(t, filepath.Join(dir, "bf16.safetensors"))
-	ids, shape := g.i32("ids")
-	mask, _ := g.i32("mask")
-	targets, _ := g.i32("targets")
-	a := must(m.NewActs(shape[0], shape[1], ActsOptions{Train: true}))
-	if err := m.Forward(a, Batch{IDs: ids, Mask: mask, Targets: targets}); err != nil {
-		t.Fatal(err)
-	}
+	m, g, a := bf16GoldenForward(t, dev, dir, true)
 	logits, _ := m.Logits(a)
 	loss, _, _ := m.MeanLoss(a)
 	torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")

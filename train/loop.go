@@ -649,10 +649,15 @@ func (l *loop) run() (*Result, error) {
 			}
 		}
 	}
-	if err := l.evaluate(true); err != nil {
+	// The last checkpoint comes before the final evaluation, so that it
+	// does not cover the evaluation's metrics record: a run killed after
+	// it resumes there, drops the record if it was written, and evaluates
+	// again, leaving one record as an uninterrupted run does (saved after
+	// it, every resume from it appended another).
+	if err := l.checkpoint(); err != nil {
 		return nil, err
 	}
-	if err := l.checkpoint(); err != nil {
+	if err := l.evaluate(true); err != nil {
 		return nil, err
 	}
 	l.bar.done()

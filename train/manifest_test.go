@@ -509,3 +509,41 @@ func BenchmarkCheckpointHash(b *testing.B) {
 		}
 	})
 }
+
+// TestResumeAfterFinalCheckpoint: a run killed after its last checkpoint,
+// at the end of training, resumes there and ends with the metrics of an
+// uninterrupted run: the final evaluation's record once (the checkpoint
+// does not cover it, so a record written before the kill is dropped and
+// written again), however often it is resumed.
+func TestResumeAfterFinalCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	s := newLin(t, 37, 5)
+	if _, err := Run(context.Background(), s.dev, baseConfig(dir), s, s.trainable()); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := want[len(want)-1]["eval_loss"]; !ok {
+		t.Fatalf("the last record is not the final evaluation: %v", want[len(want)-1])
+	}
+	for range 2 {
+		s2 := newLin(t, 37, 5)
+		cfg := baseConfig(dir)
+		cfg.Resume = true
+		if _, err := Run(context.Background(), s2.dev, cfg, s2, s2.trainable()); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("after resuming at the end: %d metrics records, uninterrupted %d", len(got), len(want))
+		}
+		if g, w := got[len(got)-1]["eval_loss"], want[len(want)-1]["eval_loss"]; g != w {
+			t.Errorf("final eval_loss %v, uninterrupted %v", g, w)
+		}
+	}
+}

@@ -164,28 +164,42 @@ func checkOPTGolden(t *testing.T, dev kernels.Device, name, side string, tol gol
 	batch := Batch{IDs: ids, Mask: mask, Targets: targets}
 
 	for _, ckpt := range []bool{false, true} {
-		a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
-		if err := m.Forward(a, batch); err != nil {
-			t.Fatal(err)
-		}
-		logits, _ := m.Logits(a)
-		checkClose(t, "logits", logits, g.f32("logits"), 1e-5*tol.fp32, 0)
-		loss, _, _ := m.MeanLoss(a)
-		checkClose(t, "loss", []float32{loss}, g.f32("loss"), 1e-5*tol.fp32, 0)
-		grad := m.MeanLossGrad(a)
-		if g.has("values") {
-			v, _ := m.Values(a)
-			checkClose(t, "values", v, g.f32("values"), 1e-5*tol.fp32, 0)
-			grad.DValues = g.f32("dvalues")
-		}
-		m.AllocGrads()
-		m.ZeroGrads()
-		if err := m.Backward(a, grad); err != nil {
-			t.Fatal(err)
-		}
+		a := goldenForwardBackward(t, m, g, batch, B, T, ckpt, tol)
 		checkGrads(t, m, g, fmt.Sprintf("checkpoint=%v", ckpt), tol)
+		a.Free()
 	}
 	checkAdamW(t, m, g, batch, B, T, tol)
+}
+
+// goldenForwardBackward runs m's forward pass on batch (B×T, gradient
+// checkpointing as ckpt), checks the logits, the loss and the values (if
+// the golden has them) against g, and runs the backward pass of the mean
+// loss (and of the golden's value gradient) into freshly zeroed
+// gradients. It returns the activations for the caller to free.
+func goldenForwardBackward(t *testing.T, m *Model, g *goldenFile, batch Batch, B, T int, ckpt bool, tol goldenTol) *Acts {
+	t.Helper()
+	a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
+	if err := m.Forward(a, batch); err != nil {
+		t.Fatal(err)
+	}
+	logits, _ := m.Logits(a)
+	checkClose(t, "logits", logits, g.f32("logits"), 1e-5*tol.fp32, 0)
+	loss, _, _ := m.MeanLoss(a)
+	checkClose(t, "loss", []float32{loss}, g.f32("loss"), 1e-5*tol.fp32, 0)
+	grad := m.MeanLossGrad(a)
+	if g.has("values") {
+		v, _ := m.Values(a)
+		checkClose(t, "values", v, g.f32("values"), 1e-5*tol.fp32, 0)
+		grad.DValues = g.f32("dvalues")
+	}
+	if err := m.AllocGrads(); err != nil {
+		t.Fatal(err)
+	}
+	m.ZeroGrads()
+	if err := m.Backward(a, grad); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // checkGrads compares every parameter gradient. k_proj.bias has an

@@ -64,27 +64,7 @@ func checkLlamaGolden(t *testing.T, dev kernels.Device, name, side string, tol g
 		t.Fatalf("value head %v, golden values %v", m.HasValueHead(), g.has("values"))
 	}
 	for _, ckpt := range []bool{false, true} {
-		a := must(m.NewActs(B, T, ActsOptions{Train: true, Checkpoint: ckpt}))
-		if err := m.Forward(a, batch); err != nil {
-			t.Fatal(err)
-		}
-		logits, _ := m.Logits(a)
-		checkClose(t, "logits", logits, g.f32("logits"), 1e-5*tol.fp32, 0)
-		loss, _, _ := m.MeanLoss(a)
-		checkClose(t, "loss", []float32{loss}, g.f32("loss"), 1e-5*tol.fp32, 0)
-		grad := m.MeanLossGrad(a)
-		if g.has("values") {
-			v, _ := m.Values(a)
-			checkClose(t, "values", v, g.f32("values"), 1e-5*tol.fp32, 0)
-			grad.DValues = g.f32("dvalues")
-		}
-		if err := m.AllocGrads(); err != nil {
-			t.Fatal(err)
-		}
-		m.ZeroGrads()
-		if err := m.Backward(a, grad); err != nil {
-			t.Fatal(err)
-		}
+		a := goldenForwardBackward(t, m, g, batch, B, T, ckpt, tol)
 		checkLlamaGrads(t, m, g, fmt.Sprintf("checkpoint=%v", ckpt), tol)
 		a.Free()
 	}

@@ -63,6 +63,15 @@ func bf16GoldenForward(t *testing.T, dev kernels.Device, dir string, train bool)
 // name on dev.
 func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
 	m, g, a := bf16GoldenForward(t, dev, filepath.Join("testdata", "golden", name), false)
+	// bf16 has 8 significant bits: 2^-8 relative per rounding.
+	checkBF16LogitsLoss(t, m, g, a, 2e-2*tol.bf16Logits, tol)
+}
+
+// checkBF16LogitsLoss checks the logits and loss of a bf16 forward pass a
+// against PyTorch autocast's (logits within bound, relative to the largest),
+// and the logits' error against the exact answer against autocast's own.
+func checkBF16LogitsLoss(t *testing.T, m *Model, g *goldenFile, a *Acts, bound float64, tol goldenTol) {
+	t.Helper()
 	logits, err := m.Logits(a)
 	if err != nil {
 		t.Fatal(err)
@@ -72,17 +81,15 @@ func checkOPTBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) 
 		t.Fatal(err)
 	}
 	torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
-	// bf16 has 8 significant bits: 2^-8 relative per rounding.
-	checkClose(t, "logits vs torch autocast", logits, torchBF16, 2e-2*tol.bf16Logits, 1)
+	checkClose(t, "logits vs torch autocast", logits, torchBF16, bound, 1)
 	ours, _ := relErr(logits, exact, 1)
 	theirs, _ := relErr(torchBF16, exact, 1)
 	t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
 	if ours > tol.bf16Ratio*theirs+tol.bf16Abs {
 		t.Errorf("gochat bf16 logit error %.3g exceeds %gx PyTorch's %.3g + %g", ours, tol.bf16Ratio, theirs, tol.bf16Abs)
 	}
-	wantLoss := float64(g.f32("loss_bf16")[0])
-	if d := math.Abs(float64(loss) - wantLoss); d > tol.bf16Loss*math.Abs(wantLoss) {
-		t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, wantLoss, g.f32("loss_exact")[0])
+	if want := float64(g.f32("loss_bf16")[0]); math.Abs(float64(loss)-want) > tol.bf16Loss*math.Abs(want) {
+		t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, want, g.f32("loss_exact")[0])
 	}
 }
 
@@ -122,13 +129,7 @@ func checkOPTBF16Grads(t *testing.T, dev kernels.Device, name string, tol golden
 		if g.has("dvalues") {
 			grad.DValues = g.f32("dvalues")
 		}
-		if err := m.AllocGrads(); err != nil {
-			t.Fatal(err)
-		}
-		m.ZeroGrads()
-		if err := m.Backward(a, grad); err != nil {
-			t.Fatal(err)
-		}
+		goldenBackward(t, m, a, grad)
 		if m.Grads.Flat.DType() != kernels.F32 {
 			t.Fatalf("gradients are %v, want f32", m.Grads.Flat.DType())
 		}

@@ -192,6 +192,14 @@ func goldenForwardBackward(t *testing.T, m *Model, g *goldenFile, batch Batch, B
 		checkClose(t, "values", v, g.f32("values"), 1e-5*tol.fp32, 0)
 		grad.DValues = g.f32("dvalues")
 	}
+	goldenBackward(t, m, a, grad)
+	return a
+}
+
+// goldenBackward runs m's backward pass of grad over the activations a
+// into freshly zeroed gradients.
+func goldenBackward(t *testing.T, m *Model, a *Acts, grad Grad) {
+	t.Helper()
 	if err := m.AllocGrads(); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +207,6 @@ func goldenForwardBackward(t *testing.T, m *Model, g *goldenFile, batch Batch, B
 	if err := m.Backward(a, grad); err != nil {
 		t.Fatal(err)
 	}
-	return a
 }
 
 // checkGrads compares every parameter gradient. k_proj.bias has an

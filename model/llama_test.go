@@ -237,28 +237,12 @@ func TestLlamaBF16MatchesPyTorchAutocast(t *testing.T) {
 func checkLlamaBF16(t *testing.T, dev kernels.Device, name string, tol goldenTol) {
 	dir := filepath.Join("testdata", "llama", name)
 	m, g, a := bf16GoldenForward(t, dev, dir, true)
-	logits, _ := m.Logits(a)
-	loss, _, _ := m.MeanLoss(a)
-	torchBF16, exact := g.f32("logits_bf16"), g.f32("logits_exact")
-	checkClose(t, "logits vs torch autocast", logits, torchBF16, 3e-2*tol.bf16Logits, 1)
-	ours, _ := relErr(logits, exact, 1)
-	theirs, _ := relErr(torchBF16, exact, 1)
-	t.Logf("max logit error vs exact: gochat bf16 %.3g, torch autocast %.3g (relative)", ours, theirs)
-	if ours > tol.bf16Ratio*theirs+tol.bf16Abs {
-		t.Errorf("gochat bf16 logit error %.3g exceeds %gx PyTorch's %.3g + %g", ours, tol.bf16Ratio, theirs, tol.bf16Abs)
-	}
-	if want := float64(g.f32("loss_bf16")[0]); math.Abs(float64(loss)-want) > tol.bf16Loss*math.Abs(want) {
-		t.Errorf("loss %.6f, torch autocast %.6f (exact %.6f)", loss, want, g.f32("loss_exact")[0])
-	}
+	checkBF16LogitsLoss(t, m, g, a, 3e-2*tol.bf16Logits, tol)
 	grad := m.MeanLossGrad(a)
 	if g.has("dvalues") {
 		grad.DValues = g.f32("dvalues")
 	}
-	must(0, m.AllocGrads())
-	m.ZeroGrads()
-	if err := m.Backward(a, grad); err != nil {
-		t.Fatal(err)
-	}
+	goldenBackward(t, m, a, grad)
 	og, tg := bf16GradErrors(m, g)
 	t.Logf("relative L2 gradient error vs exact: gochat bf16 %.3g, torch autocast %.3g", og, tg)
 	if og > tol.bf16GradRatio*tg+tol.bf16GradAbs {

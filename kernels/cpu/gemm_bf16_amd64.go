@@ -222,7 +222,7 @@ func gemmBF16ImplFor(is isa) *gemmBF16Impl {
 		if gemmAMXUsable() {
 			return &gemmBF16AMX
 		}
-		if gemmHasAVX512BF16 && !cpu.X86.HasAMXBF16 && !gemmIntel {
+		if gemmHasAVX512BF16 && !gemmIntel { // AMX is Intel's: this covers a refused AMX too
 			return &gemmBF16DPBF16
 		}
 		return &gemmBF16AVX512

@@ -324,6 +324,36 @@ func TestLlamaSaveLoadRoundTrip(t *testing.T) {
 	}
 }
 
+// TestValueHeadDropsUntiedLMHead: an untied Llama with a value head saves
+// as transformers' LlamaForSequenceClassification does (score.weight, no
+// lm_head.weight), and loads back as a reward model with the same values.
+func TestValueHeadDropsUntiedLMHead(t *testing.T) {
+	m := loadLlama(t, "llama", LoadOptions{ValueHead: "yes", ValueHeadSeed: 7})
+	if m.Config.TieWordEmbeddings {
+		t.Fatal("the llama case is meant to be untied")
+	}
+	dir := t.TempDir()
+	if err := m.Save(dir, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ck := must(tensor.Open(filepath.Join(dir, "model.safetensors")))
+	_, hasLMHead := ck.Info("lm_head.weight")
+	_, hasScore := ck.Info("score.weight")
+	ck.Close()
+	if hasLMHead || !hasScore {
+		t.Errorf("saved lm_head.weight %v, score.weight %v; want only score.weight", hasLMHead, hasScore)
+	}
+	back := must(Load(newCPU(t, 1), dir, LoadOptions{ValueHead: "require"}))
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids, mask := leftPadded(rng, m, 7, []int{2, 0})
+	if !slices.Equal(forwardValues(t, m, ids, mask, 2, 7), forwardValues(t, back, ids, mask, 2, 7)) {
+		t.Error("values differ after save and reload")
+	}
+	if _, err := Load(newCPU(t, 1), dir, LoadOptions{ValueHead: "no"}); err == nil || !strings.Contains(err.Error(), "lm_head.weight") {
+		t.Errorf("loading the reward model as a causal LM: %v, want an error naming lm_head.weight", err)
+	}
+}
+
 // TestLlamaFormats loads one tiny Qwen2 from an fp16 safetensors, a sharded
 // bf16 set with its index, and DeepSpeed-Chat's reward-model names
 // (rwtransformer.*, v_head.weight, and a stale rotary_emb.inv_freq): the

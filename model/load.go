@@ -27,8 +27,8 @@ var decoderPrefixes = []string{"model.decoder.", "decoder.", "rwtransformer.deco
 var llamaPrefixes = []string{"model.", "rwtransformer."}
 
 // scoreName is the value head's name in transformers'
-// XForSequenceClassification checkpoints (num_labels 1), which the LLaMA
-// family saves and reads; DeepSpeed-Chat's v_head.weight is read too.
+// XForSequenceClassification checkpoints (num_labels 1), which both
+// families save and read; DeepSpeed-Chat's v_head.weight is read too.
 const scoreName = "score.weight"
 
 // hasValueHead reports whether a checkpoint holds a value head.
@@ -153,11 +153,11 @@ func (m *Model) shortName(name string) string {
 	if name == "lm_head.weight" || name == "v_head.weight" {
 		return name
 	}
+	if name == scoreName {
+		return "v_head.weight"
+	}
 	prefixes := decoderPrefixes
 	if m.Config.IsLlamaFamily() {
-		if name == scoreName {
-			return "v_head.weight"
-		}
 		if strings.HasSuffix(name, "rotary_emb.inv_freq") {
 			return "" // a non-persistent buffer some old conversions kept
 		}
@@ -261,11 +261,13 @@ type SaveOptions struct {
 
 // Save writes the model as a Hugging Face directory: config.json and
 // model.safetensors (written to temporary names and renamed). The tied
-// lm_head is not written, as transformers does. An OPT value head is
-// written at the top level as v_head.weight; a LLaMA-family one as
-// score.weight [1,H] with architectures XForSequenceClassification and
-// num_labels 1 in config.json, so that transformers'
-// AutoModelForSequenceClassification loads it as a reward model.
+// lm_head is not written, as transformers does, nor an untied one beside a
+// value head. A value head is written as
+// score.weight ([1,P] for OPT, [1,H] for the LLaMA family) with
+// architectures XForSequenceClassification and num_labels 1 in
+// config.json, so that transformers' AutoModelForSequenceClassification
+// loads a reward model or critic and scores as gochat does (the last
+// token's value); without one, architectures is XForCausalLM.
 func (m *Model) Save(dir string, opts SaveOptions) error {
 	if opts.Prefix == "" {
 		opts.Prefix = m.Config.HFPrefix()
@@ -283,8 +285,14 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	ts := make([]tensor.WriteTensor, 0, len(m.specs))
 	for _, s := range m.specs {
 		name := s.name
+		if name == "lm_head.weight" && m.HasValueHead() {
+			// XForSequenceClassification has no lm_head (nor has
+			// DeepSpeed-Chat's reward model): a model that scores does
+			// not write the untied output layer it never uses.
+			continue
+		}
 		switch {
-		case name == "v_head.weight" && llama:
+		case name == "v_head.weight":
 			name = scoreName
 		case name != "lm_head.weight" && name != "v_head.weight":
 			name = opts.Prefix + name
@@ -298,19 +306,24 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	}
 	cfg := *m.Config
 	cfg.TorchDtype = map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[opts.DType]
-	if llama {
-		cfg.raw = maps.Clone(cfg.raw)
-		if cfg.raw == nil {
-			cfg.raw = map[string]json.RawMessage{}
-		}
-		arch := llamaArchitectures[cfg.ModelType] + "ForCausalLM"
-		if m.HasValueHead() {
-			arch = llamaArchitectures[cfg.ModelType] + "ForSequenceClassification"
-			cfg.raw["num_labels"] = json.RawMessage(`1`)
-			cfg.raw["id2label"] = json.RawMessage(`{"0": "LABEL_0"}`)
-			cfg.raw["label2id"] = json.RawMessage(`{"LABEL_0": 0}`)
-		}
-		cfg.raw["architectures"] = json.RawMessage(`["` + arch + `"]`)
+	cfg.raw = maps.Clone(cfg.raw)
+	if cfg.raw == nil {
+		cfg.raw = map[string]json.RawMessage{}
 	}
+	family := "OPT"
+	if llama {
+		family = llamaArchitectures[cfg.ModelType]
+	}
+	arch := family + "ForCausalLM"
+	for _, k := range []string{"num_labels", "id2label", "label2id"} {
+		delete(cfg.raw, k)
+	}
+	if m.HasValueHead() {
+		arch = family + "ForSequenceClassification"
+		cfg.raw["num_labels"] = json.RawMessage(`1`)
+		cfg.raw["id2label"] = json.RawMessage(`{"0": "LABEL_0"}`)
+		cfg.raw["label2id"] = json.RawMessage(`{"LABEL_0": 0}`)
+	}
+	cfg.raw["architectures"] = json.RawMessage(`["` + arch + `"]`)
 	return cfg.Save(dir)
 }

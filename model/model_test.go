@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -152,9 +153,30 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range ck.Names() {
-				if !strings.HasPrefix(n, "model.decoder.") && n != "v_head.weight" {
-					t.Errorf("tensor %q: transformers' OPTForCausalLM expects model.decoder.*", n)
+				if !strings.HasPrefix(n, "model.decoder.") && n != "score.weight" {
+					t.Errorf("tensor %q: transformers' OPTForCausalLM expects model.decoder.* (and OPTForSequenceClassification score.weight)", n)
 				}
+			}
+			// A value head makes the file an OPTForSequenceClassification
+			// reward model with one label.
+			_, hasScore := ck.Info("score.weight")
+			cfg, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+			var c struct {
+				Architectures []string `json:"architectures"`
+				NumLabels     *int     `json:"num_labels"`
+			}
+			if err := json.Unmarshal(cfg, &c); err != nil {
+				t.Fatal(err)
+			}
+			wantArch := "OPTForCausalLM"
+			if m.HasValueHead() {
+				wantArch = "OPTForSequenceClassification"
+				if c.NumLabels == nil || *c.NumLabels != 1 {
+					t.Errorf("num_labels %v, want 1", c.NumLabels)
+				}
+			}
+			if hasScore != m.HasValueHead() || !slices.Equal(c.Architectures, []string{wantArch}) {
+				t.Errorf("value head %v: score.weight saved %v, architectures %v (want %s)", m.HasValueHead(), hasScore, c.Architectures, wantArch)
 			}
 			if _, ok := ck.Info("model.decoder.layers.1.self_attn.q_proj.weight"); !ok {
 				t.Error("q_proj weight not saved under its transformers name")
@@ -171,6 +193,15 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			if !slices.Equal(l1, l2) {
 				t.Error("logits differ after save and reload")
 			}
+			if m.HasValueHead() {
+				if !m2.HasValueHead() {
+					t.Fatal("the value head was not read back")
+				}
+				v1, v2 := forwardValues(t, m, ids, mask, 2, 7), forwardValues(t, m2, ids, mask, 2, 7)
+				if !slices.Equal(v1, v2) {
+					t.Error("values differ after save and reload")
+				}
+			}
 		})
 	}
 }
@@ -183,6 +214,20 @@ func forwardLogits(t *testing.T, m *Model, ids, mask []int32, b, tt int) []float
 	}
 	l, _ := m.Logits(a)
 	return l
+}
+
+// forwardValues is the value head's output of a forward pass, [b*tt].
+func forwardValues(t *testing.T, m *Model, ids, mask []int32, b, tt int) []float32 {
+	t.Helper()
+	a := must(m.NewActs(b, tt, ActsOptions{}))
+	if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := m.Values(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 func TestDropout(t *testing.T) {

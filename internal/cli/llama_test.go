@@ -102,8 +102,11 @@ steps:
 	rm := filepath.Join(out, "reward")
 	sout, e, code := run(t, "--log-format", "json", "score", "--model", rm, "--prompt", "\n\nHuman: What is 2+2?\n\nAssistant:",
 		"--answer", " 4", "--answer", " 5", "--json", "--dtype", "fp32")
-	var got struct{ Scores []float32 }
-	if code != 0 || json.Unmarshal([]byte(sout), &got) != nil || len(got.Scores) != 2 {
+	var got struct {
+		Scores []float32
+		IDs    [][]int32 `json:"ids"`
+	}
+	if code != 0 || json.Unmarshal([]byte(sout), &got) != nil || len(got.Scores) != 2 || len(got.IDs) != 2 {
 		t.Fatalf("score: code %d %q %s", code, sout, lastLine(e))
 	}
 	tpl, err := chattemplate.Load(rm)
@@ -117,9 +120,13 @@ steps:
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := reward.Score(m, [][]int32{rtok.Encode(text, false)}, 0)
+		ids := rtok.Encode(text, false)
+		want, err := reward.Score(m, [][]int32{ids}, 0)
 		if err != nil || want[0] != got.Scores[i] {
 			t.Errorf("gochat score of %q: %v, the rendered conversation scores %v (%v)", a, got.Scores[i], want, err)
+		}
+		if !slices.Equal(got.IDs[i], ids) {
+			t.Errorf("gochat score --json of %q: ids %v, the rendered conversation is %v", a, got.IDs[i], ids)
 		}
 	}
 	// gochat generate --chat-template auto starts from the rendered

@@ -488,7 +488,7 @@ func runPPO(ctx context.Context, o *PPOOptions) (err error) {
 	return nil
 }
 
-// checkValueHeads looks for the value heads (v_head.weight) of the reward
+// checkValueHeads looks for the value heads (score.weight or v_head.weight) of the reward
 // model and the critic before anything is written: a reward model without
 // one is refused (a fresh head would score at random), a critic without
 // one starts with a fresh head seeded by --seed, with a notice (a
@@ -505,14 +505,14 @@ func (o *PPOOptions) checkValueHeads(notice bool) error {
 		if o.Reward == o.Critic {
 			def = " (the default: --critic)"
 		}
-		return usageErrorf("--reward %s%s has no value head (v_head.weight): it is not a reward model, and a fresh head would score answers at random; pass a step-2 output (gochat reward) as --reward", o.Reward, def)
+		return usageErrorf("--reward %s%s has no value head (score.weight or v_head.weight): it is not a reward model, and a fresh head would score answers at random; pass a step-2 output (gochat reward) as --reward", o.Reward, def)
 	}
 	if ok, err = model.SavedValueHead(o.criticDir); err != nil {
 		return fmt.Errorf("--critic %s: %w", o.Critic, err)
 	}
 	if !ok && notice {
 		o.g.Log.Info().Str("critic", o.Critic).Bool("fresh_value_head", true).
-			Msgf("--critic %s has no value head (v_head.weight): the critic starts with a fresh one seeded by --seed (DeepSpeed-Chat starts it from the step-2 reward model)", o.Critic)
+			Msgf("--critic %s has no value head (score.weight or v_head.weight): the critic starts with a fresh one seeded by --seed (DeepSpeed-Chat starts it from the step-2 reward model)", o.Critic)
 	}
 	return nil
 }

@@ -40,11 +40,12 @@ scores); the score is the value head's output at the last token. With a chat
 template (--chat-template; auto: the tokenizer's, when it has one) the prompt
 is parsed into its Human/Assistant turns and each answer scored as the
 conversation plus that answer rendered by the template, as step 2 trains on
-it (no --end-text). A model without a trained value head (v_head.weight) is
-refused.
+it (no --end-text). A model without a trained value head (score.weight, or
+DeepSpeed-Chat's v_head.weight) is refused.
 Higher is better; only differences between answers to the same prompt are
 meaningful. Prints one "score<TAB>answer" line per answer, or with --json
-one object {"prompt", "answers", "scores"}.`,
+one object {"prompt", "answers", "scores", "ids"}, where ids[i] are the
+token ids answer i was scored on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Model == "" {
@@ -87,7 +88,7 @@ func runScore(opts *ScoreOptions) error {
 	}
 	m, err := model.Load(dev, modelDir, model.LoadOptions{ValueHead: "require", DType: dt})
 	if errors.Is(err, model.ErrNoValueHead) {
-		return usageErrorf("--model %s has no value head (v_head.weight): it is not a reward model, and its scores would mean nothing; score with a step-2 output (gochat reward)", opts.Model)
+		return usageErrorf("--model %s has no value head (score.weight or v_head.weight): it is not a reward model, and its scores would mean nothing; score with a step-2 output (gochat reward)", opts.Model)
 	}
 	if err != nil {
 		return err
@@ -115,7 +116,7 @@ func runScore(opts *ScoreOptions) error {
 		return fmt.Errorf("score with %s: %w", opts.Model, err)
 	}
 	if opts.JSON {
-		return json.NewEncoder(opts.g.Out).Encode(map[string]any{"prompt": opts.Prompt, "answers": opts.Answers, "scores": scores})
+		return json.NewEncoder(opts.g.Out).Encode(map[string]any{"prompt": opts.Prompt, "answers": opts.Answers, "scores": scores, "ids": seqs})
 	}
 	for i, a := range opts.Answers {
 		if _, err := fmt.Fprintf(opts.g.Out, "%.4f\t%q\n", scores[i], a); err != nil {

@@ -151,8 +151,10 @@ func newRewardCmd(g *Globals, runF func(*StageOptions) error) *cobra.Command {
 per token) trained with the pairwise loss over the span where chosen and
 rejected differ (the phase-2 slice of --data-split). Reports accuracy (chosen
 score > rejected score) and the mean chosen and rejected scores. The output is
-a Hugging Face directory with v_head.weight beside the decoder weights, plus
-metrics, plots and checkpoint/ as for sft.
+a Hugging Face directory in transformers' XForSequenceClassification layout
+(the value head as score.weight, num_labels 1: AutoModelForSequenceClassification
+loads it and scores as gochat does), plus metrics, plots and checkpoint/ as
+for sft.
 
 With a chat template (--chat-template, as for sft) the chosen and rejected
 sequences are the conversation with that answer as the last assistant message,

@@ -20,8 +20,9 @@
 # then gzips the four (bin/*.gz: about 15 + 7 + 2 + 2.5 MB; plain they are
 # 45 + 15 + 4 + 6 MB, past the run tool's 64 MiB for carried paths) and
 # copies ../shared/data/opt-tokenizer/{tokenizer.json,tokenizer_config.json}
-# to bin/data/opt-tokenizer/ and ../shared/data/rm-static-sample/sample.jsonl
-# to bin/data/ (bin/ holds about 28 MB in all). A gzip'ed bin/NAME.gz is
+# to bin/data/opt-tokenizer/, ../shared/data/rm-static-sample/sample.jsonl
+# to bin/data/, and the Qwen3 (gzip'ed), Qwen2.5 and TinyLlama tokenizer
+# files of scripts/hf-check.sh to bin/data/ (bin/ holds about 32 MB in all). A gzip'ed bin/NAME.gz is
 # unpacked into $OUT/bin when the plain bin/NAME is missing.
 #
 # A session with the `run` tool (it copies the working tree, plus the
@@ -71,11 +72,15 @@
 #                with one GPU, or without mpirun, it is skipped and says why)
 #   gemm         cuBLAS through the backend, 4096³ fp32 and bf16, TFLOP/s,
 #                next to torch.matmul on the same GPU
-#   hf-opt,      the demo recipe (--arch opt, --arch llama) through steps 1-3
-#   hf-llama     on cuda; transformers loads the SFT and PPO actors
-#                (AutoModelForCausalLM: greedy tokens equal, log-probs within
-#                2e-3) and the reward model (AutoModelForSequenceClassification:
-#                the score of one sequence); scripts/hf_check.py
+#   hf-opt,      scripts/hf-check.sh on cuda: the demo recipe (--arch opt,
+#   hf-llama,    --arch llama), and tiny random Qwen2, Qwen3 and Llama
+#   hf-tiny      (llama3 rope scaling) models with their tokenizers and chat
+#                templates, through steps 1-3 on cuda; transformers loads the
+#                SFT and PPO actors (AutoModelForCausalLM: greedy tokens
+#                equal, log-probs within 2e-3) and the reward model and critic
+#                (AutoModelForSequenceClassification: the score of one
+#                sequence); scripts/hf_check.py. The same script passes on
+#                the CPU (README: Checks against transformers)
 #   model-golden the model package's golden tests against PyTorch on cuda
 #                (bin/model.test -test.run TestGoldenOnDevice with
 #                GOCHAT_TEST_DEVICE=cuda): OPT pre-/post-LN and Llama, Qwen2,
@@ -128,6 +133,12 @@ if [ "${1:-}" = --build ]; then
   shared=${GOCHAT_SHARED:-../shared}
   cp "$shared/data/opt-tokenizer/tokenizer.json" "$shared/data/opt-tokenizer/tokenizer_config.json" bin/data/opt-tokenizer/
   cp "$shared/data/rm-static-sample/sample.jsonl" bin/data/rm-static-sample.jsonl
+  # The tokenizers of scripts/hf-check.sh's tiny cases, as in ../shared/data.
+  mkdir -p bin/data/qwen3-tokenizer bin/data/qwen2.5-tokenizer bin/data/tinyllama-tokenizer
+  gzip -9c "$shared/data/qwen3-tokenizer/tokenizer.json" >bin/data/qwen3-tokenizer/tokenizer.json.gz
+  cp "$shared/data/qwen3-tokenizer/tokenizer_config.json" bin/data/qwen3-tokenizer/
+  cp "$shared/data/qwen2.5-tokenizer/tokenizer_config.json" bin/data/qwen2.5-tokenizer/
+  cp "$shared/data/tinyllama-tokenizer/"{tokenizer.json,tokenizer_config.json,special_tokens_map.json,generation_config.json} bin/data/tinyllama-tokenizer/
   du -ab bin | sort -n | tail -n 12
   echo "bin/ holds $(du -sb bin | cut -f1) bytes (the run tool carries at most 64 MiB = 67108864)"
   exit 0
@@ -154,7 +165,7 @@ budget() {
   echo $(( $1 < l ? $1 : l ))
 }
 
-all_rows="env smoke unit conform cpu-parity oom decommit nccl-1rank nccl-mpi gemm hf-opt hf-llama model-golden train-bench decode-bench rlhf-run offload"
+all_rows="env smoke unit conform cpu-parity oom decommit nccl-1rank nccl-mpi gemm hf-opt hf-llama hf-tiny model-golden train-bench decode-bench rlhf-run offload"
 rows=("$@")
 for r in ${rows[@]+"${rows[@]}"}; do
   case " $all_rows hf " in
@@ -163,7 +174,7 @@ for r in ${rows[@]+"${rows[@]}"}; do
   esac
 done
 # want NAME: whether row NAME runs (all rows when none are named; hf names
-# hf-opt and hf-llama).
+# hf-opt, hf-llama and hf-tiny).
 want() {
   [ ${#rows[@]} -eq 0 ] && return 0
   local r
@@ -397,38 +408,28 @@ fi
 cd "$root"
 
 # 4. Checkpoints trained on the GPU load in transformers and compute what
-# gochat computed: the demo (OPT and LLaMA-shaped) through all three steps
-# on cuda, then scripts/hf_check.py (transformers only) continues the same
-# prompt greedily from the SFT and PPO actors (tokens equal, log-probs
-# within 2e-3) and scores one sequence with the reward model.
-prompt=$'\n\nHuman: What is 3+4?\n\nAssistant:'
-for arch in opt llama; do
-  start_row "hf-$arch" 60 || continue
-  section "demo --arch $arch on cuda, then transformers"
-  d=$out/demo-$arch
+# gochat computed: scripts/hf-check.sh on cuda. hf-opt and hf-llama train
+# the demo (--arch opt, --arch llama) through all three steps; hf-tiny takes
+# tiny random Qwen2, Qwen3 and llama3-rope-scaled Llama models with their
+# tokenizers and chat templates through a short gochat train. Then
+# transformers (scripts/hf_check.py) continues a prompt greedily from the
+# SFT and PPO actors (tokens equal, log-probs within 2e-3) and scores one
+# sequence with the reward model and the critic.
+for row in hf-opt hf-llama hf-tiny; do
+  need=60 cases=${row#hf-}
+  [ "$row" = hf-tiny ] && need=40 cases="qwen2 qwen3 llama3"
+  start_row "$row" $need || continue
+  section "$row: scripts/hf-check.sh --device $dev $cases"
   t0=$(date +%s)
-  if ! timeout "$(budget 300)" "$gochat" --device cuda --log-format json train --recipe demo --arch "$arch" --output-dir "$d" >"$out/demo-$arch.log" 2>&1; then
-    record "hf-$arch" FAIL "demo: $(grep -m1 '^gochat:' "$out/demo-$arch.log" | cut -c1-200)"
-    continue
-  fi
-  secs=$(( $(date +%s) - t0 ))
-  ids=$("$gochat" tokenize --tokenizer "$d/actor" --text "$prompt")
-  fails=0 lines=""
-  for m in actor ppo/actor; do
-    "$gochat" --device cuda --log-format json generate --model "$d/$m" --prompt-ids "$ids" --max-new-tokens 6 --dtype fp32 --json >"$out/gen-$arch.json" 2>>"$out/hf-$arch.txt"
-    line=$("$py" scripts/hf_check.py causal "$d/$m" "$out/gen-$arch.json" 2>>"$out/hf-$arch.txt") || fails=$((fails + 1))
-    echo "$line"; lines="$lines ${line%%:*};"
-  done
-  rids=$("$gochat" tokenize --tokenizer "$d/reward" --text "$prompt 7<|endoftext|>")
-  score=$("$gochat" --device cuda --log-format json score --model "$d/reward" --prompt "$prompt" --answer " 7" --dtype fp32 --json 2>>"$out/hf-$arch.txt" |
-    "$py" -c 'import json,sys; print(json.load(sys.stdin)["scores"][0])')
-  line=$("$py" scripts/hf_check.py reward "$d/reward" "$rids" "$score" 2>>"$out/hf-$arch.txt") || fails=$((fails + 1))
-  echo "$line"; lines="$lines ${line%%:*}"
-  grep -m1 '"demo report"' "$d/../demo-$arch.log" 2>/dev/null | cut -c1-200
-  if [ $fails -eq 0 ]; then
-    record "hf-$arch" PASS "demo in ${secs}s;$lines"
+  # shellcheck disable=SC2086
+  scripts/hf-check.sh --device "$dev" --python "$py" --gochat "$gochat" --shared bin --out "$out/hf" \
+    --timeout "$(budget 300)" $cases 2>&1 | tee "$out/$row.txt"
+  rc=${PIPESTATUS[0]}
+  summary=$(grep -E '^[a-z0-9]+ (PASS|FAIL) ' "$out/$row.txt" | sed 's/;$//' | tr '\n' ';' | cut -c1-400)
+  if [ "$rc" -eq 0 ]; then
+    record "$row" PASS "$summary ($(( $(date +%s) - t0 ))s)"
   else
-    record "hf-$arch" FAIL "demo in ${secs}s;$lines (see $out/hf-$arch.txt)"
+    record "$row" FAIL "${summary:-no result} (see $out/$row.txt and $out/hf/)"
   fi
 done
 

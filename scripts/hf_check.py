@@ -10,6 +10,8 @@ prompt ids; the tokens must be equal and each token's log-probability
 (log-softmax of the logits, fp32) within --tol of gochat's.
 reward: AutoModelForSequenceClassification scores the ids (num_labels 1,
 the value at the last token); it must be within --tol of SCORE.
+Either way the checkpoint must load cleanly: no tensor missing (which
+transformers would initialise at random), unexpected or of another shape.
 
 Prints one line, "PASS ..." or "FAIL ...", and exits 0 or 1. Run with the
 Python that has torch and transformers (the GPU machine's; see
@@ -36,7 +38,11 @@ def main():
     if a.kind == "causal":
         g = json.load(open(a.rest[0]))
         prompt, want, want_lp = g["prompt_ids"], g["tokens"], g["logprobs"]
-        m = transformers.AutoModelForCausalLM.from_pretrained(a.dir, torch_dtype=torch.float32).to(dev).eval()
+        m = load(transformers.AutoModelForCausalLM, a.dir, torch)
+        if isinstance(m, str):
+            print("FAIL causal %s: %s" % (a.dir, m))
+            return 1
+        m = m.to(dev).eval()
         ids = torch.tensor([prompt], device=dev)
         got, lps = [], []
         with torch.no_grad():
@@ -55,12 +61,26 @@ def main():
             "PASS" if ok else "FAIL", a.dir, m.config.model_type, len(want), "equal" if got == want else "DIFFER %s vs %s" % (got, want), worst))
         return 0 if ok else 1
     ids, score = [int(x) for x in a.rest[0].split(",")], float(a.rest[1])
-    m = transformers.AutoModelForSequenceClassification.from_pretrained(a.dir, torch_dtype=torch.float32).to(dev).eval()
+    m = load(transformers.AutoModelForSequenceClassification, a.dir, torch)
+    if isinstance(m, str):
+        print("FAIL reward %s: %s" % (a.dir, m))
+        return 1
+    m = m.to(dev).eval()
     with torch.no_grad():
         got = float(m(torch.tensor([ids], device=dev)).logits[0, 0])
     ok = m.config.num_labels == 1 and abs(got - score) <= a.tol * max(1.0, abs(score))
     print("%s reward %s (%s): transformers %.5f, gochat %.5f" % ("PASS" if ok else "FAIL", a.dir, m.config.model_type, got, score))
     return 0 if ok else 1
+
+
+def load(auto, path, torch):
+    """The model in fp32, or a string naming the tensors transformers found
+    missing, unexpected or of another shape (it would initialise or drop
+    them silently)."""
+    m, info = auto.from_pretrained(path, output_loading_info=True)
+    bad = ["%d %s (%s%s)" % (len(v), k.replace("_keys", ""), ", ".join(map(str, sorted(v)[:3])), ", ..." if len(v) > 3 else "")
+           for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v]
+    return "%s does not load cleanly: %s" % (auto.__name__, "; ".join(bad)) if bad else m.float()
 
 
 def as_list(x):

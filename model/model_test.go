@@ -208,26 +208,28 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 
 func forwardLogits(t *testing.T, m *Model, ids, mask []int32, b, tt int) []float32 {
 	t.Helper()
-	a := must(m.NewActs(b, tt, ActsOptions{}))
-	if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := m.Logits(a)
+	l, _ := m.Logits(forwardActs(t, m, ids, mask, b, tt))
 	return l
 }
 
 // forwardValues is the value head's output of a forward pass, [b*tt].
 func forwardValues(t *testing.T, m *Model, ids, mask []int32, b, tt int) []float32 {
 	t.Helper()
-	a := must(m.NewActs(b, tt, ActsOptions{}))
-	if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := m.Values(a)
+	v, err := m.Values(forwardActs(t, m, ids, mask, b, tt))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// forwardActs runs a forward pass of a [b, tt] batch.
+func forwardActs(t *testing.T, m *Model, ids, mask []int32, b, tt int) *Acts {
+	t.Helper()
+	a := must(m.NewActs(b, tt, ActsOptions{}))
+	if err := m.Forward(a, Batch{IDs: ids, Mask: mask}); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func TestDropout(t *testing.T) {

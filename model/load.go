@@ -252,7 +252,9 @@ type SaveOptions struct {
 	// Prefix is put before decoder weight names: by default the family's
 	// (Config.HFPrefix: "model.decoder." for OPT, "model." for the LLaMA
 	// family, what XForCausalLM.from_pretrained reads), or e.g.
-	// "rwtransformer.decoder." (DeepSpeed-Chat's reward model).
+	// "rwtransformer.decoder." (DeepSpeed-Chat's reward model: a prefix
+	// starting "rwtransformer." writes the value head as DeepSpeed-Chat
+	// does, v_head.weight, under architectures XForCausalLM).
 	Prefix string
 	// DType of the written tensors: tensor.F32, F16 or BF16; the default
 	// is the parameters' own (BF16 for a bf16 model, else F32).
@@ -273,6 +275,11 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		opts.Prefix = m.Config.HFPrefix()
 	}
 	llama := m.Config.IsLlamaFamily()
+	dsChat := strings.HasPrefix(opts.Prefix, "rwtransformer.")
+	vhead := scoreName
+	if dsChat {
+		vhead = "v_head.weight"
+	}
 	if opts.DType == "" {
 		opts.DType = tensor.F32
 		if m.DType() == kernels.BF16 {
@@ -293,7 +300,7 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 		}
 		switch {
 		case name == "v_head.weight":
-			name = scoreName
+			name = vhead
 		case name != "lm_head.weight" && name != "v_head.weight":
 			name = opts.Prefix + name
 		}
@@ -318,7 +325,7 @@ func (m *Model) Save(dir string, opts SaveOptions) error {
 	for _, k := range []string{"num_labels", "id2label", "label2id"} {
 		delete(cfg.raw, k)
 	}
-	if m.HasValueHead() {
+	if m.HasValueHead() && !dsChat {
 		arch = family + "ForSequenceClassification"
 		cfg.raw["num_labels"] = json.RawMessage(`1`)
 		cfg.raw["id2label"] = json.RawMessage(`{"0": "LABEL_0"}`)

@@ -201,6 +201,21 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				if !slices.Equal(v1, v2) {
 					t.Error("values differ after save and reload")
 				}
+				// DeepSpeed-Chat's layout: rwtransformer.decoder.* and v_head.weight.
+				ds := t.TempDir()
+				if err := m.Save(ds, SaveOptions{Prefix: "rwtransformer.decoder."}); err != nil {
+					t.Fatal(err)
+				}
+				dck := must(tensor.Open(filepath.Join(ds, "model.safetensors")))
+				for _, n := range dck.Names() {
+					if !strings.HasPrefix(n, "rwtransformer.decoder.") && n != "v_head.weight" {
+						t.Errorf("DeepSpeed-Chat layout: tensor %q", n)
+					}
+				}
+				dck.Close()
+				if v3 := forwardValues(t, must(Load(newCPU(t, 1), ds, LoadOptions{})), ids, mask, 2, 7); !slices.Equal(v1, v3) {
+					t.Error("values differ after a save in DeepSpeed-Chat's layout and reload")
+				}
 			}
 		})
 	}

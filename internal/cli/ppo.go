@@ -621,7 +621,7 @@ func (o *PPOOptions) loadPrompts(dopts data.Options) (*data.Set, error) {
 	return set, nil
 }
 
-// savePPO writes actor/ (LoRA fused), critic/ (with v_head) and actor_ema/.
+// savePPO writes actor/ (LoRA fused), critic/ (with its value head, as XForSequenceClassification) and actor_ema/.
 func (o *PPOOptions) savePPO(eng *hybridengine.Engine[*model.Model], actorLoRA *lora.LoRA, critic *model.Model, criticLoRA *lora.LoRA, tr *ppo.Trainer) error {
 	actor, err := eng.Model()
 	if err != nil {

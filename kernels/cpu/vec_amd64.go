@@ -113,3 +113,16 @@ func gemvT4AVX2(out *float32, ldo int, p *float32, ldp int, v *float32, ldv int,
 //
 //go:noescape
 func rank4AVX2(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, n, hs int)
+
+// reluAVX2 sets dst[i] = x[i], or +0 where x[i] < 0 (a NaN and -0 pass), as
+// ReLUForward's Go loop does; len(x)%8 == 0. Memory-bound: it serves the
+// AVX-512 CPUs too.
+//
+//go:noescape
+func reluAVX2(dst, x []float32)
+
+// reluGradAVX2 sets dx[i] = dy[i] where y[i] > 0, else +0, as
+// ReLUBackward's Go loop does; len(y)%8 == 0; dx may be dy.
+//
+//go:noescape
+func reluGradAVX2(dx, dy, y []float32)

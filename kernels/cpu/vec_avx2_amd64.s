@@ -917,3 +917,87 @@ r4next:
 r4done:
 	VZEROUPPER
 	RET
+
+// RELU4(off) sets 32 bytes of dst at off to the lanes of x at off that are
+// not below zero (VCMPPS NLT_UQ: a NaN and -0 are kept), others to +0.
+#define RELU4(off) \
+	VMOVUPS off(SI), Y0;         \
+	VCMPPS  $0x15, Y8, Y0, Y1;   \
+	VANDPS  Y0, Y1, Y1;          \
+	VMOVUPS Y1, off(DI)
+
+// func reluAVX2(dst, x []float32); len(x)%8 == 0, len(dst) >= len(x).
+TEXT ·reluAVX2(SB), NOSPLIT, $0-48
+	MOVQ   dst_base+0(FP), DI
+	MOVQ   x_base+24(FP), SI
+	MOVQ   x_len+32(FP), CX
+	VXORPS Y8, Y8, Y8
+
+relu32:
+	CMPQ CX, $32
+	JLT  relu8
+	RELU4(0)
+	RELU4(32)
+	RELU4(64)
+	RELU4(96)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  relu32
+
+relu8:
+	CMPQ CX, $8
+	JLT  reludone
+	RELU4(0)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  relu8
+
+reludone:
+	VZEROUPPER
+	RET
+
+// RELUGRAD4(off) sets 32 bytes of dx at off to the lanes of dy whose y is
+// above zero (VCMPPS GT_OQ: a NaN y gives +0), others to +0.
+#define RELUGRAD4(off) \
+	VMOVUPS off(BX), Y0;         \
+	VCMPPS  $0x1e, Y8, Y0, Y1;   \
+	VANDPS  off(SI), Y1, Y1;     \
+	VMOVUPS Y1, off(DI)
+
+// func reluGradAVX2(dx, dy, y []float32); len(y)%8 == 0, dx and dy at least
+// as long; dx may be dy.
+TEXT ·reluGradAVX2(SB), NOSPLIT, $0-72
+	MOVQ   dx_base+0(FP), DI
+	MOVQ   dy_base+24(FP), SI
+	MOVQ   y_base+48(FP), BX
+	MOVQ   y_len+56(FP), CX
+	VXORPS Y8, Y8, Y8
+
+rgrad32:
+	CMPQ CX, $32
+	JLT  rgrad8
+	RELUGRAD4(0)
+	RELUGRAD4(32)
+	RELUGRAD4(64)
+	RELUGRAD4(96)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	ADDQ $128, BX
+	SUBQ $32, CX
+	JMP  rgrad32
+
+rgrad8:
+	CMPQ CX, $8
+	JLT  rgraddone
+	RELUGRAD4(0)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, BX
+	SUBQ $8, CX
+	JMP  rgrad8
+
+rgraddone:
+	VZEROUPPER
+	RET

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -477,6 +478,50 @@ func BenchmarkVecExpSum(b *testing.B) {
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gexp/s")
 				_ = s
 			})
+		}
+	}
+}
+
+// TestReLUAsmBitwise: the branch-free ReLU kernels give, bit for bit, what
+// the portable loops give: -0 and NaN pass forward, a NaN or zero output
+// passes no gradient, every length's tail, and dx aliasing dy.
+func TestReLUAsmBitwise(t *testing.T) {
+	if !haveVecAsm {
+		t.Skip("no assembly on this architecture")
+	}
+	asm, gen := vecDevice(t, "avx2"), vecDevice(t, "generic")
+	r := rand.New(rand.NewPCG(21, 22))
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), -float32(math.NaN()),
+		float32(math.Inf(1)), float32(math.Inf(-1)), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32}
+	for _, n := range []int{1, 7, 8, 9, 31, 32, 33, 77, 1000, elemGrain + 13} {
+		x, dy := make(F32, n), make(F32, n)
+		for i := range x {
+			x[i], dy[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+			if r.IntN(4) == 0 {
+				x[i] = specials[r.IntN(len(specials))]
+			}
+			if r.IntN(8) == 0 {
+				dy[i] = specials[r.IntN(len(specials))]
+			}
+		}
+		var ys, dxs, alias [2]F32
+		for k, d := range []*Device{gen, asm} {
+			ys[k], dxs[k] = make(F32, n), make(F32, n)
+			d.ReLUForward(ys[k], x, n)
+			d.ReLUBackward(dxs[k], dy, ys[k], n)
+			alias[k] = slices.Clone(dy)
+			d.ReLUBackward(alias[k], alias[k], ys[k], n)
+		}
+		for _, c := range []struct {
+			what string
+			a, b F32
+		}{{"forward", ys[0], ys[1]}, {"backward", dxs[0], dxs[1]}, {"backward in place", alias[0], alias[1]}} {
+			for i := range c.a {
+				if math.Float32bits(c.a[i]) != math.Float32bits(c.b[i]) {
+					t.Fatalf("n=%d %s [%d]: asm %#x, Go %#x (x %g, dy %g)", n, c.what, i,
+						math.Float32bits(c.b[i]), math.Float32bits(c.a[i]), x[i], dy[i])
+				}
+			}
 		}
 	}
 }

@@ -125,20 +125,19 @@ func BenchmarkLayerNorm(b *testing.B) {
 	inp, w, bias, dout := benchRandn(n*c, 1), benchRandn(c, 1), benchRandn(c, 1), benchRandn(n*c, 1)
 	out, mean, rstd := make(cpu.F32, n*c), make(cpu.F32, n), make(cpu.F32, n)
 	dinp, dw, db := make(cpu.F32, n*c), make(cpu.F32, c), make(cpu.F32, c)
-	d, err := cpu.New(cpu.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("Forward", func(b *testing.B) {
-		for b.Loop() {
+	// avx2: the Go loops (the assembly ones need AVX-512).
+	benchISAs(b, []string{"", "avx2"}, func(b *testing.B, d *cpu.Device) {
+		b.Run("Forward", func(b *testing.B) {
+			for b.Loop() {
+				d.LayerNormForward(out, mean, rstd, inp, w, bias, n, c, 1e-5)
+			}
+		})
+		b.Run("Backward", func(b *testing.B) {
 			d.LayerNormForward(out, mean, rstd, inp, w, bias, n, c, 1e-5)
-		}
-	})
-	b.Run("Backward", func(b *testing.B) {
-		d.LayerNormForward(out, mean, rstd, inp, w, bias, n, c, 1e-5)
-		for b.Loop() {
-			d.LayerNormBackward(dinp, dw, db, dout, inp, w, mean, rstd, n, c)
-		}
+			for b.Loop() {
+				d.LayerNormBackward(dinp, dw, db, dout, inp, w, mean, rstd, n, c)
+			}
+		})
 	})
 }
 

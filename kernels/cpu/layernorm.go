@@ -24,6 +24,7 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias kernels.Buf
 	if c == 0 {
 		return
 	}
+	asm := d.vecISA() == isaAVX512
 	d.parallelFor(n, max(1, elemGrain/(4*c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xr, or := x[i*c:i*c+c], o[i*c:i*c+c]
@@ -33,8 +34,13 @@ func (d *Device) LayerNormForward(out, mean, rstd, inp, weight, bias kernels.Buf
 			switch {
 			case w != nil && b != nil:
 				w, b := w[:len(xr)], b[:len(xr)]
-				for j, v := range xr {
-					or[j] = float32((float64(v)-m)*r)*w[j] + b[j]
+				k := 0
+				if asm {
+					k = len(xr) &^ 7
+					lnNormAVX512(or[:k], xr[:k], w[:k], b[:k], m, r)
+				}
+				for j := k; j < len(xr); j++ {
+					or[j] = float32((float64(xr[j])-m)*r)*w[j] + b[j]
 				}
 			default:
 				for j, v := range xr {
@@ -78,6 +84,7 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 	if c == 0 || n == 0 {
 		return
 	}
+	asm := d.vecISA() == isaAVX512
 	d.parallelFor(n, max(1, elemGrain/(4*c)), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xr, dyr, dxr := x[i*c:i*c+c], dy[i*c:i*c+c], dx[i*c:i*c+c]
@@ -87,9 +94,14 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 			sgn /= float64(c)
 			if w != nil {
 				w := w[:len(xr)]
-				for j, v := range xr {
+				k := 0
+				if asm {
+					k = len(xr) &^ 7
+					lnDxAVX512(dxr[:k], dyr[:k], xr[:k], w[:k], m, r, sg, sgn)
+				}
+				for j := k; j < len(xr); j++ {
 					g := float64(dyr[j]) * float64(w[j])
-					dxr[j] += float32((g - sg - (float64(v)-m)*r*sgn) * r)
+					dxr[j] += float32((g - sg - (float64(xr[j])-m)*r*sgn) * r)
 				}
 			} else {
 				for j, v := range xr {
@@ -105,10 +117,18 @@ func (d *Device) LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean
 	d.parallelFor(c, max(16, elemGrain/n), func(lo, hi int) {
 		accW := make([]float64, hi-lo)
 		accB := make([]float64, hi-lo)
+		k := 0
+		if asm {
+			k = (hi - lo) &^ 7
+		}
 		for i := range n {
 			m, r := float64(mu[i]), float64(rs[i])
 			xr, dyr := x[i*c+lo:i*c+hi], dy[i*c+lo:i*c+hi]
-			for j, g := range dyr {
+			if k > 0 {
+				lnColSumsAVX512(accW[:k], accB[:k], dyr[:k], xr[:k], m, r)
+			}
+			for j := k; j < len(dyr); j++ {
+				g := dyr[j]
 				accW[j] += float64(g) * (float64(xr[j]) - m) * r
 				accB[j] += float64(g)
 			}

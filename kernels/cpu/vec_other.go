@@ -43,3 +43,7 @@ func rank4AVX2(dst *float32, ldd int, a *float32, lda int, x *float32, ldx int, 
 
 func reluAVX2(dst, x []float32)        { panic("unreachable") }
 func reluGradAVX2(dx, dy, y []float32) { panic("unreachable") }
+
+func lnNormAVX512(o, x, w, b []float32, m, r float64)                     { panic("unreachable") }
+func lnDxAVX512(dx, dy, x, w []float32, m, r, sg, sgn float64)            { panic("unreachable") }
+func lnColSumsAVX512(accW, accB []float64, dy, x []float32, m, r float64) { panic("unreachable") }

@@ -525,3 +525,38 @@ func TestReLUAsmBitwise(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormAsmBitwise: LayerNorm's AVX-512 loops give, bit for bit,
+// what the portable loops give: output, saved moments, and the accumulated
+// input, weight and bias gradients, over widths with and without a tail.
+func TestLayerNormAsmBitwise(t *testing.T) {
+	asm, gen := vecDevice(t, "avx512"), vecDevice(t, "generic")
+	r := rand.New(rand.NewPCG(23, 24))
+	randF := func(n int, scale, shift float64) F32 {
+		x := make(F32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64()*scale + shift)
+		}
+		return x
+	}
+	for _, c := range []int{1, 7, 8, 13, 64, 200, 773} {
+		n := 5
+		x, w, b, dy := randF(n*c, 3, 1), randF(c, 1, 1), randF(c, 0.5, 0), randF(n*c, 1, 0)
+		dx0, dw0, db0 := randF(n*c, 1, 0), randF(c, 1, 0), randF(c, 1, 0)
+		var outs [2][6]F32
+		for k, d := range []*Device{gen, asm} {
+			out, mean, rstd := make(F32, n*c), make(F32, n), make(F32, n)
+			d.LayerNormForward(out, mean, rstd, x, w, b, n, c, 1e-5)
+			dx, dw, db := slices.Clone(dx0), slices.Clone(dw0), slices.Clone(db0)
+			d.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd, n, c)
+			outs[k] = [6]F32{out, mean, rstd, dx, dw, db}
+		}
+		for j, what := range []string{"out", "mean", "rstd", "dinp", "dweight", "dbias"} {
+			for i := range outs[0][j] {
+				if math.Float32bits(outs[0][j][i]) != math.Float32bits(outs[1][j][i]) {
+					t.Fatalf("c=%d %s[%d]: asm %g, Go %g", c, what, i, outs[1][j][i], outs[0][j][i])
+				}
+			}
+		}
+	}
+}

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Check the LLaMA-family golden files against Hugging Face transformers.
+"""Check the model golden files against Hugging Face transformers.
 
-scripts/llama_golden.py computes model/testdata/llama/<case>/ with its own
-re-implementation of transformers' forward (it needs PyTorch only), and
-gochat's tests compare with those files. This script recomputes them with
+scripts/llama_golden.py computes model/testdata/llama/<case>/ (Llama,
+Qwen2, Qwen3) and scripts/gen_model_golden.py model/testdata/golden/<case>/
+(OPT pre-LN and post-LN) with their own re-implementations of
+transformers' forward (they need PyTorch only), and gochat's tests compare
+with those files. This script recomputes them with
 transformers itself, in float64 (eager attention, position ids from the
 attention mask as generate computes them), from the same config.json and
 model.safetensors, and reports the largest differences: logits and loss on
@@ -47,7 +49,9 @@ import sys
 
 import torch
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "testdata", "llama")
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model", "testdata")
+CASES = [("llama", "llama/llama"), ("qwen2", "llama/qwen2"), ("qwen3", "llama/qwen3"),
+         ("opt-preln", "golden/preln"), ("opt-postln", "golden/postln")]
 
 
 def load_st(path):
@@ -60,8 +64,8 @@ def in_place_mask_attention(module, query, key, value, attention_mask, scaling, 
     masked scores replaced by float32's most negative value instead of
     having the mask added."""
     from transformers.models.llama.modeling_llama import repeat_kv
-    k = repeat_kv(key, module.num_key_value_groups)
-    v = repeat_kv(value, module.num_key_value_groups)
+    groups = getattr(module, "num_key_value_groups", 1)
+    k, v = repeat_kv(key, groups), repeat_kv(value, groups)
     w = torch.matmul(query, k.transpose(2, 3)) * scaling
     if attention_mask is not None:
         m = attention_mask[:, :, :, : k.shape[-2]]
@@ -80,12 +84,14 @@ def main():
     from transformers.models.llama import modeling_llama
     from transformers.models.qwen2 import modeling_qwen2
     from transformers.models.qwen3 import modeling_qwen3
-    modules = (modeling_llama, modeling_qwen2, modeling_qwen3)
+    from transformers.models.opt import modeling_opt
+    modules = (modeling_llama, modeling_qwen2, modeling_qwen3, modeling_opt)
     eager = {mod: mod.eager_attention_forward for mod in modules}
 
     fails = []
-    for case in ("llama", "qwen2", "qwen3"):
-        d = os.path.join(ROOT, case)
+    for case, sub in CASES:
+        d = os.path.join(TESTDATA, sub)
+        opt = case.startswith("opt")
         cfg = json.load(open(os.path.join(d, "config.json")))
         weights = load_st(os.path.join(d, "model.safetensors"))
         for side in ("left", "right"):
@@ -95,11 +101,13 @@ def main():
             dt, tol = torch.float64, a.tol
             m = transformers.AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").to(dt)
             m.train(False)
-            score = weights["score.weight"].detach().to(dt).requires_grad_() if "score.weight" in weights else None
+            head = next((weights[k] for k in ("score.weight", "v_head.weight") if k in weights), None)
+            score = head.detach().to(dt).requires_grad_() if head is not None else None
             ids, mask, targets = g["ids"], g["mask"], g["targets"]
             pos = mask.long().cumsum(-1) - 1
             pos.masked_fill_(mask == 0, 1)
-            out = m(input_ids=ids, attention_mask=mask, position_ids=pos, output_hidden_states=True)
+            # OPT computes its positions from the mask itself (the same formula, offset 2).
+            out = m(input_ids=ids, attention_mask=mask, position_ids=None if opt else pos, output_hidden_states=True)
             logits = out.logits
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                                      ignore_index=-100)
@@ -112,7 +120,11 @@ def main():
             obj.backward()
             grads = {}
             for name, p in m.named_parameters():
-                short = name[len("model."):] if name.startswith("model.") else name
+                short = name
+                for prefix in ("model.decoder.", "model."):
+                    if short.startswith(prefix):
+                        short = short[len(prefix):]
+                        break
                 grads[short] = p.grad
             if score is not None:
                 grads["v_head.weight"] = score.grad

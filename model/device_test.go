@@ -3,8 +3,6 @@ package model
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gochat-ai/gochat/kernels"
@@ -19,18 +17,11 @@ const testDeviceEnv = "GOCHAT_TEST_DEVICE"
 // testDeviceSpec parses a GOCHAT_TEST_DEVICE value: "cpu", or "cuda"
 // ("gpu") with an ordinal (cuda:N; 0 when not named).
 func testDeviceSpec(s string) (kind string, ordinal int, err error) {
-	switch s {
-	case "cpu":
-		return "cpu", 0, nil
-	case "cuda", "gpu":
-		return "cuda", 0, nil
+	spec, err := kernels.ParseDevice(s)
+	if err != nil || spec.Kind == "auto" {
+		return "", 0, fmt.Errorf("%s=%q: want cuda, cuda:N or cpu", testDeviceEnv, s)
 	}
-	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
-		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
-			return "cuda", n, nil
-		}
-	}
-	return "", 0, fmt.Errorf("%s=%q: want cuda, cuda:N or cpu", testDeviceEnv, s)
+	return spec.Kind, spec.Ordinal, nil
 }
 
 // openTestDevice opens the device GOCHAT_TEST_DEVICE names, through the

@@ -27,38 +27,22 @@ func flashAttention(g *Globals) bool {
 	_, onGPU := any((*cuda.Device)(nil)).(kernels.FlashAttention)
 	spec, err := parseDevice(g.Device)
 	switch {
-	case err == nil && spec.kind == "cpu":
+	case err == nil && spec.Kind == "cpu":
 		return onCPU
-	case err == nil && spec.kind == "cuda":
+	case err == nil && spec.Kind == "cuda":
 		return onGPU
 	}
 	return onCPU && onGPU
 }
 
-// deviceSpec is a parsed --device: "cpu", "cuda" with a GPU ordinal, or
-// "auto".
-type deviceSpec struct {
-	kind    string // "auto", "cpu" or "cuda"
-	ordinal int
-	named   bool // cuda:N named the GPU
-}
-
-// parseDevice parses --device: auto, cpu, cuda, cuda:N ("" is auto).
-func parseDevice(s string) (deviceSpec, error) {
-	switch s {
-	case "", "auto":
-		return deviceSpec{kind: "auto"}, nil
-	case "cpu":
-		return deviceSpec{kind: "cpu"}, nil
-	case "cuda", "gpu":
-		return deviceSpec{kind: "cuda"}, nil
+// parseDevice parses --device (kernels.ParseDevice), its error a usage
+// error.
+func parseDevice(s string) (kernels.DeviceSpec, error) {
+	spec, err := kernels.ParseDevice(s)
+	if err != nil {
+		return spec, usageErrorf("--%v", err)
 	}
-	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
-		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
-			return deviceSpec{kind: "cuda", ordinal: n, named: true}, nil
-		}
-	}
-	return deviceSpec{}, usageErrorf("--device %q: want auto, cpu, cuda or cuda:N", s)
+	return spec, nil
 }
 
 // openGPU opens GPU ordinal through g.OpenGPU, or kernels/cuda.
@@ -155,9 +139,9 @@ func parseByteSize(s string) (int64, error) {
 // of that index (one GPU a rank, as DeepSpeed's launcher gives
 // LOCAL_RANK its GPU), else GPU 0. why says which, for errors and logs
 // ("" for GPU 0 of a single process).
-func localGPU(spec deviceSpec, l mpi.Launch) (ordinal int, why string) {
-	if spec.named || !l.Launched() || l.LocalRank < 0 {
-		return spec.ordinal, ""
+func localGPU(spec kernels.DeviceSpec, l mpi.Launch) (ordinal int, why string) {
+	if spec.Named || !l.Launched() || l.LocalRank < 0 {
+		return spec.Ordinal, ""
 	}
 	local := "?"
 	if l.LocalSize >= 0 {
@@ -178,7 +162,7 @@ func newDevice(g *Globals) (kernels.Device, error) {
 		return nil, err
 	}
 	ordinal, why := localGPU(spec, mpi.DetectLaunch())
-	switch spec.kind {
+	switch spec.Kind {
 	case "cpu":
 		return newCPU(g)
 	case "cuda":

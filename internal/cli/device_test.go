@@ -26,7 +26,7 @@ func TestParseDevice(t *testing.T) {
 		{"cuda:-1", "", 0, true}, {"cuda:", "", 0, true}, {"cuda:x", "", 0, true}, {"tpu", "", 0, true}, {"CPU", "", 0, true},
 	} {
 		got, err := parseDevice(c.in)
-		if (err != nil) != c.err || err == nil && (got.kind != c.kind || got.ordinal != c.ordinal) {
+		if (err != nil) != c.err || err == nil && (got.Kind != c.kind || got.Ordinal != c.ordinal) {
 			t.Errorf("parseDevice(%q) = %+v, %v", c.in, got, err)
 		}
 		var ue usageError

@@ -74,7 +74,7 @@ func runEnv(opts *EnvOptions) error {
 		return envCheck(g, w)
 	}
 	spec, _ := parseDevice(g.Device)
-	w.printf("device:   --device %s (gochat env --check opens it and runs a few ops)\n", spec.kind)
+	w.printf("device:   --device %s (gochat env --check opens it and runs a few ops)\n", spec.Kind)
 	return w.err
 }
 

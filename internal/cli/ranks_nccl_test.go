@@ -42,17 +42,17 @@ func TestDecideNCCL(t *testing.T) {
 func TestLocalGPU(t *testing.T) {
 	ompi := mpi.Launch{By: "Open MPI's mpirun", Size: 8, Rank: 5, LocalSize: 4, LocalRank: 1}
 	for _, c := range []struct {
-		spec    deviceSpec
+		spec    kernels.DeviceSpec
 		l       mpi.Launch
 		ordinal int
 		why     string
 	}{
-		{deviceSpec{kind: "cuda"}, mpi.Launch{Size: -1, Rank: -1, LocalSize: -1, LocalRank: -1}, 0, ""},
-		{deviceSpec{kind: "cuda"}, ompi, 1, "local rank 1 of 4 on this node"},
-		{deviceSpec{kind: "auto"}, ompi, 1, "local rank 1 of 4 on this node"},
-		{deviceSpec{kind: "cuda", ordinal: 3, named: true}, ompi, 3, ""},
-		{deviceSpec{kind: "cuda"}, mpi.Launch{By: "a PMIx launcher", Size: 2, Rank: 1, LocalSize: -1, LocalRank: -1}, 0, ""},
-		{deviceSpec{kind: "cuda"}, mpi.Launch{By: "x", Size: 2, Rank: 1, LocalSize: -1, LocalRank: 1}, 1, "local rank 1 of ? on this node"},
+		{kernels.DeviceSpec{Kind: "cuda"}, mpi.Launch{Size: -1, Rank: -1, LocalSize: -1, LocalRank: -1}, 0, ""},
+		{kernels.DeviceSpec{Kind: "cuda"}, ompi, 1, "local rank 1 of 4 on this node"},
+		{kernels.DeviceSpec{Kind: "auto"}, ompi, 1, "local rank 1 of 4 on this node"},
+		{kernels.DeviceSpec{Kind: "cuda", Ordinal: 3, Named: true}, ompi, 3, ""},
+		{kernels.DeviceSpec{Kind: "cuda"}, mpi.Launch{By: "a PMIx launcher", Size: 2, Rank: 1, LocalSize: -1, LocalRank: -1}, 0, ""},
+		{kernels.DeviceSpec{Kind: "cuda"}, mpi.Launch{By: "x", Size: 2, Rank: 1, LocalSize: -1, LocalRank: 1}, 1, "local rank 1 of ? on this node"},
 	} {
 		if o, why := localGPU(c.spec, c.l); o != c.ordinal || why != c.why {
 			t.Errorf("localGPU(%+v, %+v) = %d, %q; want %d, %q", c.spec, c.l, o, why, c.ordinal, c.why)

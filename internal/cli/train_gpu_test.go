@@ -41,6 +41,16 @@ func (b *gpuBoard) open(g *Globals, ordinal int) (kernels.Device, error) {
 	return d, nil
 }
 
+// globals are a command's Globals with the GPUs on the board and a host of
+// 64 GiB, and the buffer its log goes to.
+func (b *gpuBoard) globals() (*Globals, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	return &Globals{In: strings.NewReader(""), Out: &stdout, Err: &stderr, OpenGPU: b.open,
+		Memory: func() (plan.Memory, error) {
+			return plan.Memory{MemAvailable: 64 << 30, CgroupFree: -1, Available: 64 << 30}, nil
+		}}, &stderr
+}
+
 // boardGPU is a device on a gpuBoard: a CPU device computes, the board
 // counts its buffers as GPU memory, and it offers what kernels/cuda's
 // Device offers gochat train: the GPU's free memory (MemInfo), Close, and
@@ -186,11 +196,7 @@ steps:
 			"--recipe", recipe, "--dtype", "fp32", "--output-dir", out}
 	}
 	board := &gpuBoard{total: 80 << 30}
-	var stdout, stderr bytes.Buffer
-	g := &Globals{In: strings.NewReader(""), Out: &stdout, Err: &stderr, OpenGPU: board.open,
-		Memory: func() (plan.Memory, error) {
-			return plan.Memory{MemAvailable: 64 << 30, CgroupFree: -1, Available: 64 << 30}, nil
-		}}
+	g, stderr := board.globals()
 	gpuOut := filepath.Join(dir, "gpu")
 	if code := execute(g, args("cuda", gpuOut)); code != 0 {
 		t.Fatalf("train on the stand-in GPU: exit %d: %s", code, lastLine(stderr.String()))
@@ -351,11 +357,7 @@ steps:
   ppo: {critic: "{output}/actor", reward: "{output}/reward", data: ["{demo}/data/prompts"], data-split: "0,0,1", max-prompt-seq-len: 40, max-answer-seq-len: 6, per-device-generation-batch-size: 16, per-device-training-batch-size: 16, max-steps: 1, num-warmup-steps: 0, data-cache: "off"}
 `), 0o644)
 	board := &gpuBoard{total: 80 << 30}
-	var stdout, stderr bytes.Buffer
-	g := &Globals{In: strings.NewReader(""), Out: &stdout, Err: &stderr, OpenGPU: board.open,
-		Memory: func() (plan.Memory, error) {
-			return plan.Memory{MemAvailable: 64 << 30, CgroupFree: -1, Available: 64 << 30}, nil
-		}}
+	g, stderr := board.globals()
 	out := filepath.Join(dir, "out")
 	if code := execute(g, []string{"--device", "cuda", "--log-format", "json", "train", "--recipe", recipe, "--dtype", "fp32", "--output-dir", out}); code != 0 {
 		t.Fatalf("exit %d: %s", code, lastLine(stderr.String()))
